@@ -15,7 +15,6 @@ install: check-java $(STAMP)
 # Re-installs only when the declared dependencies change, so `make test` is quick when set up.
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,demo]'
 	@touch $(STAMP)
 
