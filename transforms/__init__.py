@@ -24,7 +24,9 @@ from transforms.aggregations import (
     TopGlobally,
     TopPerKey,
 )
+from transforms.lateness import CountDroppedLateData, DroppedElement
 from transforms.parsing import DeadLetter, ParseCsv, ParseJson
+from transforms.retractions import Refinement, WithRetractions
 from transforms.routing import Merge, SplitBy
 from transforms.windows import (
     WithEventTime,
@@ -40,7 +42,8 @@ __all__ = [
     "CountCombineFn", "CountGlobally", "CountPerKey", "MaxFn", "MaxGlobally", "MaxPerKey",
     "MeanCombineFn", "MeanGlobally", "MeanPerKey", "MinFn", "MinGlobally", "MinPerKey",
     "SumFn", "SumGlobally", "SumPerKey", "TopCombineFn", "TopGlobally", "TopPerKey",
-    "DeadLetter", "ParseCsv", "ParseJson", "Merge", "SplitBy",
+    "CountDroppedLateData", "DroppedElement", "DeadLetter", "ParseCsv", "ParseJson",
+    "Merge", "SplitBy", "Refinement", "WithRetractions",
     "WithEventTime", "WithProcessingTime", "fixed_windows", "global_window",
     "parse_event_time", "sessions", "sliding_windows",
 ]

@@ -72,6 +72,11 @@ class SumFn(beam.CombineFn):
     6.5
     """
 
+    #: Sums of numbers can be retracted (negated and added downstream): see
+    #: ``triggers.validation.is_retractable``. Min and max are left undeclared because
+    #: with a ``key`` they may return values that cannot be negated.
+    retractable = True
+
     def create_accumulator(self) -> Any:
         return 0
 
