@@ -7,8 +7,12 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Options for the main job run by `make run`, e.g. `make run RUN_ARGS="--runner=SparkRunner"`.
 RUN_ARGS ?=
+# Options for the benchmarks, e.g. `make bench BENCH_ARGS="--events 1000000"`.
+BENCH_ARGS ?=
+# Where `make spark-cluster` keeps the standalone cluster's URL and PIDs.
+CLUSTER_DIR ?= .spark-cluster
 
-.PHONY: install check-java test run bench clean
+.PHONY: install check-java test run bench bench-full spark-cluster spark-cluster-stop spark-cluster-status clean
 
 install: check-java $(STAMP)
 
@@ -38,7 +42,21 @@ run: install
 	$(PY) -m pipelines.team_scores $(RUN_ARGS)
 
 bench: install
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)
 
-clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache out
+bench-full: install
+	$(PY) -m bench --events 1000000 $(BENCH_ARGS)
+
+# A Spark standalone master and one worker on 127.0.0.1 (free ports), from pyspark's own
+# Spark distribution; prints the spark:// URL to pass as --spark_master_url.
+spark-cluster: install
+	$(PY) -m runners.cluster start --state-dir $(CLUSTER_DIR)
+
+spark-cluster-stop:
+	@if [ -x $(PY) ]; then $(PY) -m runners.cluster stop --state-dir $(CLUSTER_DIR); fi
+
+spark-cluster-status:
+	$(PY) -m runners.cluster status --state-dir $(CLUSTER_DIR)
+
+clean: spark-cluster-stop
+	rm -rf $(VENV) build *.egg-info .pytest_cache out $(CLUSTER_DIR)

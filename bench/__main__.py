@@ -1,0 +1,227 @@
+"""``python -m bench``: throughput and memory of each workload on each engine, checked equal.
+
+Engines (``--only``):
+
+- ``spark``: the Beam pipeline on our SparkRunner (``runners.spark.SparkRunner``) with
+  ``--spark_master_url`` = ``--master``; reported as unavailable if it cannot be imported.
+- ``pyspark``: the same computation written by hand with RDDs (``bench.baselines``).
+- ``direct``: the Beam pipeline on Beam's DirectRunner (in-process, its defaults).
+
+``spark`` and ``pyspark`` share one SparkSession (created first; the SparkRunner gets the
+same master, and the run records whether it reused that session). Every engine first runs
+every workload once at ``--warmup-events`` (JVM JIT, Python workers forked and their
+imports done, Beam's own caches), unmeasured, before the measured runs. Every answer,
+warm-up or measured, is compared with a plain Python loop's; any difference fails the run
+(exit status 1) after the table is printed.
+
+Each record is appended to ``bench/results/<timestamp>.jsonl``.
+
+Examples::
+
+    python -m bench                                  # 1e5 events, every engine
+    python -m bench --events 1000000 --only pyspark,direct
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from bench.memory import PeakMemory
+from bench.report import format_table, ratios, write_jsonl
+from bench.workloads import WORKLOADS, EventSet, describe_difference, reference_answer
+
+ENGINES = ("pyspark", "spark", "direct")
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def _count(text: str) -> int:
+    """Accept 100000, 1e5 and 100_000."""
+    value = float(text.replace("_", ""))
+    if value < 0 or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole, non-negative number")
+    return int(value)
+
+
+def _choices(allowed: tuple) -> Callable[[str], List[str]]:
+    def parse(text: str) -> List[str]:
+        chosen = [name.strip() for name in text.split(",") if name.strip()]
+        unknown = [name for name in chosen if name not in allowed]
+        if unknown or not chosen:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: choose a comma-separated subset of {', '.join(allowed)}")
+        return chosen
+    return parse
+
+
+def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=_count, default=100_000, help="events per run (1e5)")
+    parser.add_argument("--only", type=_choices(ENGINES), default=list(ENGINES),
+                        help="engines, comma-separated: pyspark,spark,direct (all)")
+    parser.add_argument("--workloads", type=_choices(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--shards", type=int, default=8, help="generator shards (8)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--parallelism", type=int, default=2, help="Spark partitions (2)")
+    parser.add_argument("--bundle-size", type=int, default=None,
+                        help="passed to the SparkRunner as --bundle_size")
+    parser.add_argument("--warmup-events", type=_count, default=20_000,
+                        help="events of the unmeasured warm-up run per engine (0: none)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    return parser.parse_args(argv)
+
+
+class Engines:
+    """Runs one workload on one engine; owns the shared SparkSession."""
+
+    def __init__(self, arguments: argparse.Namespace) -> None:
+        self.arguments = arguments
+        self.session = None
+        self.spark_runner_class: Any = None
+        self.unavailable: Dict[str, str] = {}
+        self.session_shared: Optional[bool] = None
+
+    def prepare(self, engines: List[str]) -> None:
+        if "spark" in engines:
+            try:
+                from runners.spark import SparkRunner
+                self.spark_runner_class = SparkRunner
+            except Exception as error:  # any import failure means: this row cannot be run
+                self.unavailable["spark"] = (
+                    f"runners.spark.SparkRunner is not importable: {type(error).__name__}: {error}")
+        if {"spark", "pyspark"} & set(engines):
+            self.spark_session()
+
+    def spark_session(self) -> Any:
+        from bench.session import bench_session
+
+        # getOrCreate: the same session each time, unless a runner stopped it meanwhile.
+        self.session = bench_session(self.arguments.master, self.arguments.parallelism)
+        return self.session
+
+    def run(self, engine: str, workload: str, event_set: EventSet) -> Any:
+        if engine == "pyspark":
+            from bench.baselines import run_pyspark
+
+            return run_pyspark(workload, event_set, self.spark_session().sparkContext,
+                               self.arguments.parallelism)
+        from bench.beam_jobs import run_beam
+
+        if engine == "direct":
+            return run_beam(workload, event_set, "DirectRunner")
+        options = [f"--spark_master_url={self.arguments.master}",
+                   f"--spark_parallelism={self.arguments.parallelism}"]
+        if self.arguments.bundle_size:
+            options.append(f"--bundle_size={self.arguments.bundle_size}")
+        answer = run_beam(workload, event_set, self.spark_runner_class(), options)
+        from pyspark import SparkContext
+
+        active = SparkContext._active_spark_context
+        self.session_shared = active is not None and active is self.session.sparkContext
+        return answer
+
+
+def measure(engines: Engines, engine: str, workload: str, event_set: EventSet,
+            expected: Any) -> Dict[str, Any]:
+    record: Dict[str, Any] = {"workload": workload, "engine": engine, "events": event_set.events,
+                              "load_average_1min": round(os.getloadavg()[0], 2)}
+    if engine in engines.unavailable:
+        return {**record, "status": "unavailable", "note": engines.unavailable[engine]}
+    try:
+        with PeakMemory() as peak:
+            began = time.perf_counter()
+            answer = engines.run(engine, workload, event_set)
+            seconds = time.perf_counter() - began
+    except Exception as error:
+        traceback.print_exc()
+        return {**record, "status": "failed", "note": f"{type(error).__name__}: {error}"}
+    difference = describe_difference(expected, answer)
+    peak_mib = peak.result()
+    if engine == "direct":
+        # An idle JVM and idle PySpark workers may exist from other rows; not this engine's.
+        peak_mib.update(jvm=None, python_workers=None)
+    return {
+        **record,
+        "status": "ok",
+        "seconds": round(seconds, 3),
+        "events_per_second": round(event_set.events / seconds, 1) if seconds else None,
+        "agrees": not difference,
+        "difference": difference or None,
+        "peak_mib": peak_mib,
+        "driver_lifetime_max_rss_mib": round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    arguments = parse_arguments(argv)
+    run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    results_path = arguments.results_dir / f"{run_id}.jsonl"
+    event_set = EventSet(arguments.events, arguments.seed, arguments.shards)
+    warmup_set = EventSet(arguments.warmup_events, arguments.seed + 1, arguments.shards)
+    engines = Engines(arguments)
+    engines.prepare(arguments.only)
+    context = {"run_id": run_id, "master": arguments.master, "parallelism": arguments.parallelism,
+               "seed": arguments.seed, "shards": arguments.shards,
+               "warmup_events": arguments.warmup_events, "cpus": os.cpu_count(),
+               "python": platform.python_version()}
+
+    failures: List[str] = []
+    if arguments.warmup_events:
+        print(f"warm-up: {arguments.warmup_events:,} events per engine and workload", flush=True)
+        for workload in arguments.workloads:
+            expected = reference_answer(workload, warmup_set)
+            for engine in arguments.only:
+                record = measure(engines, engine, workload, warmup_set, expected)
+                if record["status"] == "ok" and not record["agrees"]:
+                    failures.append(f"warm-up {workload} on {engine}: {record['difference']}")
+
+    records: List[Dict[str, Any]] = []
+    for workload in arguments.workloads:
+        print(f"measuring {workload} at {arguments.events:,} events", flush=True)
+        with PeakMemory() as peak:
+            began = time.perf_counter()
+            expected = reference_answer(workload, event_set)
+            seconds = time.perf_counter() - began
+        records.append({"workload": workload, "engine": "python", "events": arguments.events,
+                        "status": "ok", "seconds": round(seconds, 3),
+                        "events_per_second": round(arguments.events / seconds, 1),
+                        "agrees": True, "peak_mib": {**peak.result(), "jvm": None,
+                                                     "python_workers": None},
+                        "note": "computes the reference answer (one core, no engine)"})
+        for engine in arguments.only:
+            record = measure(engines, engine, workload, event_set, expected)
+            if engine == "spark" and record["status"] == "ok":
+                record["shared_spark_session"] = engines.session_shared
+            records.append(record)
+            print(f"  {engine}: {record['status']} {record.get('seconds', '')}", flush=True)
+            if record["status"] == "ok" and not record["agrees"]:
+                failures.append(f"{workload} on {engine}: {record['difference']}")
+            if record["status"] == "failed":
+                failures.append(f"{workload} on {engine} failed: {record['note']}")
+
+    records = [{**context, **record} for record in records]
+    write_jsonl(results_path, records + [{**context, **ratio} for ratio in ratios(records)])
+    print()
+    print(format_table(records))
+    print(f"\nmemory: peak PSS sampled every 0.2 s during each run (bench/memory.py); "
+          f"results in {results_path}")
+    if failures:
+        print("\nFAILED: the engines do not all give the reference answer:", file=sys.stderr)
+        for failure in failures:
+            print(f"  {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

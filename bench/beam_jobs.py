@@ -1,0 +1,102 @@
+"""The workloads as Beam pipelines, the same graph for every runner.
+
+Shards are created (``Create`` reshuffles them so they spread over workers), each shard
+generates its events, events are stamped with their event time, and then:
+
+- ``keyed_windowed_sum``: ``WindowInto(FixedWindows(60))`` and ``CombinePerKey(sum)``;
+- ``global_sum``: ``CombineGlobally(sum)`` in the global window.
+
+Answers leave the pipeline through ``WriteToText`` into a scratch directory and are read
+back, so the check compares what the runner really wrote, on any runner.
+
+>>> run_beam("global_sum", EventSet(100), "DirectRunner") == reference_answer(  # doctest: +SKIP
+...     "global_sum", EventSet(100))
+True
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+from typing import Any, List, Optional
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms import window
+
+from bench.workloads import GLOBAL_SUM, WINDOW_SECONDS, EventSet, check_workload, generate_shard
+
+
+class _FormatWindowedSum(beam.DoFn):
+    """``(team, sum)`` in a window -> a JSON line ``[team, window_start, sum]``."""
+
+    def process(self, team_and_sum, window_of_sum=beam.DoFn.WindowParam):
+        team, total = team_and_sum
+        yield json.dumps([team, int(window_of_sum.start), total])
+
+
+def _stamp_event_time(event):
+    team, score, event_time = event
+    return window.TimestampedValue((team, score), event_time)
+
+
+def build_workload(pipeline: beam.Pipeline, workload: str, event_set: EventSet, output: str):
+    """Add ``workload`` over ``event_set`` to ``pipeline``, writing its answer under ``output``."""
+    check_workload(workload)
+    events = (
+        pipeline
+        | "Shards" >> beam.Create(event_set.shards())
+        | "Generate" >> beam.FlatMap(lambda shard: generate_shard(*shard))
+    )
+    if workload == GLOBAL_SUM:
+        lines = (
+            events
+            | "Scores" >> beam.Map(lambda event: event[1])
+            | "Sum" >> beam.CombineGlobally(sum)
+            | "Format" >> beam.Map(json.dumps)
+        )
+    else:
+        lines = (
+            events
+            | "EventTime" >> beam.Map(_stamp_event_time)
+            | "Window" >> beam.WindowInto(window.FixedWindows(WINDOW_SECONDS))
+            | "SumPerTeam" >> beam.CombinePerKey(sum)
+            | "Format" >> beam.ParDo(_FormatWindowedSum())
+        )
+    return lines | "Write" >> beam.io.WriteToText(output, file_name_suffix=".jsonl")
+
+
+def read_answer(workload: str, output: str) -> Any:
+    """Read back what :func:`build_workload` wrote, in the form ``workloads`` defines."""
+    records: List[Any] = []
+    for path in sorted(glob.glob(f"{output}*.jsonl")):
+        with open(path) as lines:
+            records.extend(json.loads(line) for line in lines if line.strip())
+    if workload == GLOBAL_SUM:
+        if len(records) != 1:
+            raise AssertionError(f"global_sum wrote {len(records)} values, expected exactly one")
+        return records[0]
+    answer = {}
+    for team, start, total in records:
+        if (team, start) in answer:
+            raise AssertionError(f"two sums for team {team!r}, window starting {start}")
+        answer[(team, start)] = total
+    return answer
+
+
+def run_beam(
+    workload: str,
+    event_set: EventSet,
+    runner: Any,
+    options: Optional[List[str]] = None,
+    scratch_dir: Optional[str] = None,
+) -> Any:
+    """Run ``workload`` on ``runner`` (a name or instance) with ``options``; return the answer."""
+    with tempfile.TemporaryDirectory(dir=scratch_dir, prefix="bench-beam-") as directory:
+        output = os.path.join(directory, "answer")
+        pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(options or []))
+        build_workload(pipeline, workload, event_set, output)
+        pipeline.run().wait_until_finish()
+        return read_answer(workload, output)

@@ -1,0 +1,106 @@
+"""Benchmark results: one record per (workload, engine) run, ratios, a table and JSON lines.
+
+A record is a plain dict (so it goes to JSON as it is) with at least ``workload``,
+``engine``, ``status`` (``ok``, ``unavailable``, ``failed``), ``events``, ``seconds``,
+``events_per_second``, ``agrees`` and ``peak_mib``.
+
+>>> rows = [{"workload": "global_sum", "engine": "spark", "status": "ok", "events": 10,
+...          "seconds": 2.0, "events_per_second": 5.0, "agrees": True, "peak_mib": {}},
+...         {"workload": "global_sum", "engine": "direct", "status": "ok", "events": 10,
+...          "seconds": 4.0, "events_per_second": 2.5, "agrees": True, "peak_mib": {}}]
+>>> ratios(rows)[0]["value"]
+2.0
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+#: Engine keys as the command line names them, and how the table names them.
+ENGINE_LABELS = {
+    "spark": "Beam on SparkRunner",
+    "pyspark": "hand-written PySpark",
+    "direct": "Beam on DirectRunner",
+    "python": "plain Python loop",
+}
+#: (numerator, denominator): throughput ratios worth printing.
+RATIOS = (("spark", "direct"), ("spark", "pyspark"), ("pyspark", "direct"))
+
+
+def ratios(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Throughput ratios (events/s of one engine over another's) per workload.
+
+    Above 1 means the first engine is faster.
+    """
+    by_workload: Dict[str, Dict[str, float]] = {}
+    for record in records:
+        if record["status"] == "ok" and record.get("events_per_second"):
+            by_workload.setdefault(record["workload"], {})[record["engine"]] = (
+                record["events_per_second"]
+            )
+    found = []
+    for workload, speeds in by_workload.items():
+        for numerator, denominator in RATIOS:
+            if numerator in speeds and denominator in speeds:
+                found.append({
+                    "kind": "ratio",
+                    "workload": workload,
+                    "ratio": f"{numerator}/{denominator}",
+                    "value": round(speeds[numerator] / speeds[denominator], 3),
+                })
+    return found
+
+
+def _number(value: Optional[float], digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def format_table(records: List[Dict[str, Any]]) -> str:
+    """The records as a fixed-width text table, then the ratios."""
+    header = ("workload", "engine", "events", "seconds", "events/s", "driver MiB",
+              "JVM MiB", "py workers MiB", "same answer")
+    rows = [header]
+    for record in records:
+        peak = record.get("peak_mib") or {}
+        if record["status"] != "ok":
+            rows.append((record["workload"], ENGINE_LABELS.get(record["engine"], record["engine"]),
+                         _number(record.get("events")), record["status"], "-", "-", "-", "-", "-"))
+            continue
+        rows.append((
+            record["workload"],
+            ENGINE_LABELS.get(record["engine"], record["engine"]),
+            _number(record["events"]),
+            _number(record["seconds"], 2),
+            _number(record["events_per_second"]),
+            _number(peak.get("driver")),
+            _number(peak.get("jvm")),
+            _number(peak.get("python_workers")),
+            "yes" if record["agrees"] else "NO",
+        ))
+    widths = [max(len(str(row[column])) for row in rows) for column in range(len(header))]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)) for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    for record in records:
+        if record["status"] != "ok" and record.get("note"):
+            lines.append(f"{record['workload']} / {record['engine']}: {record['status']}: "
+                         f"{record['note']}")
+    found = ratios(records)
+    if found:
+        lines.append("")
+        lines.append("throughput ratios (events/s over events/s; above 1: the first is faster)")
+        for ratio in found:
+            lines.append(f"  {ratio['workload']:<20} {ratio['ratio']:<16} {ratio['value']:.3f}")
+    return "\n".join(lines)
+
+
+def write_jsonl(path: Path, records: Iterable[Dict[str, Any]]) -> Path:
+    """Append ``records`` to ``path`` as JSON lines (directories created as needed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as output:
+        for record in records:
+            output.write(json.dumps(record, sort_keys=True) + "\n")
+    return path

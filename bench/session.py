@@ -1,0 +1,68 @@
+"""The one SparkSession a benchmark run shares between hand-written PySpark and SparkRunner.
+
+Executors must import ``bench`` (the shared event generator lives there) and the project.
+The project is installed in the virtualenv; ``bench`` is not an installed package, so it is
+shipped the way PySpark ships code: as a zip through ``addPyFile``, which also serves a
+session someone else created (the test run's shared one). For a session created here, the
+repository root also goes on the workers' ``PYTHONPATH`` (the JVM's environment and
+``spark.executorEnv``), so a SparkContext the SparkRunner might create itself sees it too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Set
+
+#: The repository root: the directory holding ``bench/``.
+REPOSITORY_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def prepare_worker_environment() -> None:
+    """Python workers run this interpreter and can import ``bench``; call before Spark starts."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    paths = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+    if REPOSITORY_ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([REPOSITORY_ROOT, *paths])
+
+
+def bench_session(master: str = "local[2]", parallelism: int = 2) -> Any:
+    """A SparkSession on ``master`` (reused if one is already active), quiet and loopback-bound.
+
+    >>> session = bench_session("local[2]")  # doctest: +SKIP
+    """
+    from pyspark.sql import SparkSession
+
+    prepare_worker_environment()
+    session = (
+        SparkSession.builder.master(master)
+        .appName("bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.default.parallelism", str(parallelism))
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    ship_bench(session.sparkContext)
+    return session
+
+
+_SHIPPED_TO: Set[int] = set()
+
+
+def ship_bench(spark_context: Any) -> None:
+    """Make ``bench`` importable in the Python workers of ``spark_context`` (once per context)."""
+    if id(spark_context) in _SHIPPED_TO:
+        return
+    archive = Path(tempfile.mkdtemp(prefix="bench-py-")) / "bench.zip"
+    with zipfile.ZipFile(archive, "w") as package:
+        for module in sorted(Path(__file__).resolve().parent.glob("*.py")):
+            package.write(module, f"bench/{module.name}")
+    spark_context.addPyFile(str(archive))
+    _SHIPPED_TO.add(id(spark_context))

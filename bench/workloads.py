@@ -1,0 +1,128 @@
+"""The benchmark's events and workloads, and what each workload's answer is.
+
+Events are ``(team, score, event_time)`` tuples: ``team`` one of :data:`TEAMS`, ``score`` an
+integer in 1..100, ``event_time`` whole seconds since the epoch within
+:data:`EVENT_TIME_SPAN_SECONDS` of :data:`FIRST_EVENT_TIME`. Integer scores and times make
+every answer exact, so engines must agree to the last digit, and no event sits on a window
+boundary by rounding.
+
+Every engine generates the events itself, shard by shard, from the same seeded function
+(:func:`generate_shard`): the data set depends only on ``(events, seed, shard_count)``, and each
+engine pays for generation the same way, in parallel where it can.
+
+Workloads (the *what* and *where* of the Dataflow model):
+
+- ``keyed_windowed_sum``: per team, the sum of scores in fixed 60 s event-time windows;
+  the answer is ``{(team, window_start): sum}``.
+- ``global_sum``: the sum of every score, in the global window; the answer is an int.
+
+>>> events = EventSet(events=10, seed=1, shard_count=2)
+>>> sum(1 for shard in events.shards() for _ in generate_shard(*shard))
+10
+>>> reference_answer("global_sum", events) == sum(
+...     score for shard in events.shards() for _, score, _ in generate_shard(*shard))
+True
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Tuple
+
+#: The keys: 20 teams.
+TEAMS: Tuple[str, ...] = tuple(f"team-{number:02d}" for number in range(20))
+#: Fixed event-time window size of ``keyed_windowed_sum``.
+WINDOW_SECONDS = 60
+#: Event times fall in [FIRST_EVENT_TIME, FIRST_EVENT_TIME + span): 2 h, i.e. 120 windows.
+FIRST_EVENT_TIME = 1_699_999_980  # a window boundary (a multiple of 60)
+EVENT_TIME_SPAN_SECONDS = 2 * 60 * 60
+
+KEYED_WINDOWED_SUM = "keyed_windowed_sum"
+GLOBAL_SUM = "global_sum"
+WORKLOADS: Tuple[str, ...] = (KEYED_WINDOWED_SUM, GLOBAL_SUM)
+
+Event = Tuple[str, int, int]
+#: (seed, shard index, number of events in the shard): all a shard needs to be generated.
+Shard = Tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class EventSet:
+    """A reproducible set of events: ``events`` of them, from ``seed``, in ``shard_count`` shards."""
+
+    events: int
+    seed: int = 2024
+    shard_count: int = 8
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.events, int) or self.events < 0:
+            raise ValueError(f"events={self.events!r}: give a non-negative integer")
+        if not isinstance(self.shard_count, int) or self.shard_count < 1:
+            raise ValueError(f"shard_count={self.shard_count!r}: give a positive integer")
+
+    def shards(self) -> List[Shard]:
+        """The shards, sizes differing by at most one event."""
+        base, extra = divmod(self.events, self.shard_count)
+        return [
+            (self.seed, index, base + (1 if index < extra else 0))
+            for index in range(self.shard_count)
+        ]
+
+
+def generate_shard(seed: int, shard: int, count: int) -> Iterator[Event]:
+    """The events of one shard, the same on every engine and every run."""
+    generator = random.Random(seed * 1_000_003 + shard)
+    uniform = generator.random
+    teams = TEAMS
+    team_count = len(teams)
+    for _ in range(count):
+        yield (
+            teams[int(uniform() * team_count)],
+            1 + int(uniform() * 100),
+            FIRST_EVENT_TIME + int(uniform() * EVENT_TIME_SPAN_SECONDS),
+        )
+
+
+def window_start(event_time: int) -> int:
+    """Start of the fixed window holding ``event_time`` (windows are aligned to the epoch)."""
+    return event_time - event_time % WINDOW_SECONDS
+
+
+def check_workload(name: str) -> str:
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
+    return name
+
+
+def reference_answer(workload: str, event_set: EventSet) -> Any:
+    """The answer computed by a plain Python loop: what every engine must reproduce."""
+    check_workload(workload)
+    if workload == GLOBAL_SUM:
+        return sum(score for shard in event_set.shards() for _, score, _ in generate_shard(*shard))
+    sums: Dict[Tuple[str, int], int] = defaultdict(int)
+    for shard in event_set.shards():
+        for team, score, event_time in generate_shard(*shard):
+            sums[(team, window_start(event_time))] += score
+    return dict(sums)
+
+
+def describe_difference(expected: Any, actual: Any, limit: int = 5) -> str:
+    """A short human account of how two answers differ ("" if they are equal)."""
+    if expected == actual:
+        return ""
+    if not (isinstance(expected, dict) and isinstance(actual, dict)):
+        return f"expected {expected!r}, got {actual!r}"
+    missing = sorted(set(expected) - set(actual))
+    extra = sorted(set(actual) - set(expected))
+    wrong = sorted(key for key in set(expected) & set(actual) if expected[key] != actual[key])
+    parts = [f"{len(expected)} expected keys, {len(actual)} produced"]
+    if missing:
+        parts.append(f"missing {len(missing)}, e.g. {missing[:limit]}")
+    if extra:
+        parts.append(f"unexpected {len(extra)}, e.g. {extra[:limit]}")
+    if wrong:
+        examples = [(key, expected[key], actual[key]) for key in wrong[:limit]]
+        parts.append(f"{len(wrong)} wrong sums, e.g. (key, expected, got) {examples}")
+    return "; ".join(parts)

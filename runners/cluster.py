@@ -1,0 +1,496 @@
+"""A Spark standalone cluster (one master, one worker) on loopback, from pyspark's own jars.
+
+Tests and benchmarks need a real ``spark://`` master, not only ``local[N]``: with a cluster,
+executors are separate JVMs started by a worker, with their own Python workers, so a job
+proves that everything it ships (functions, the project's modules) works off the driver.
+
+The pyspark wheel is a complete Spark distribution except for ``sbin/start-master.sh`` and
+``sbin/start-worker.sh`` (it ships only ``spark-daemon.sh`` and the Connect and history
+server scripts). Those scripts only wrap ``bin/spark-class``, which the wheel does ship, so
+this module launches ``org.apache.spark.deploy.master.Master`` and
+``org.apache.spark.deploy.worker.Worker`` through ``bin/spark-class`` directly. Because
+``spark-class`` ends in ``exec java ...``, the PID we start is the daemon's JVM itself:
+we stop exactly what we started, by PID, never by name.
+
+Everything binds to 127.0.0.1 on free ports; the master's REST submission server (a fixed
+port, 6066) is disabled; the worker offers 2 cores and 1g. Executors run the driver's Python
+(``PYSPARK_PYTHON``), which imports the project because it is installed in that environment.
+
+Command line (the state file lets ``stop`` run from another process)::
+
+    python -m runners.cluster start [--state-dir DIR]
+    python -m runners.cluster status [--state-dir DIR]
+    python -m runners.cluster stop [--state-dir DIR]
+
+Python:
+
+>>> from runners.cluster import StandaloneCluster
+>>> with StandaloneCluster(state_dir="/tmp/doc-cluster") as cluster:  # doctest: +SKIP
+...     print(cluster.master_url)
+spark://127.0.0.1:40517
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+#: Where ``python -m runners.cluster`` keeps its state file and logs (git-ignored).
+DEFAULT_STATE_DIR = Path(__file__).resolve().parent.parent / ".spark-cluster"
+STATE_FILE_NAME = "cluster.json"
+LOOPBACK = "127.0.0.1"
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+#: Seconds a daemon gets to exit after SIGTERM before SIGKILL.
+STOP_GRACE_SECONDS = 10.0
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started, reached, or stopped; the message says why."""
+
+
+def spark_home() -> Path:
+    """The Spark distribution inside the installed pyspark package.
+
+    ``SPARK_HOME`` from the environment is deliberately not used: a Spark of another
+    version there would give daemons that the pyspark driver cannot talk to.
+    """
+    import pyspark
+
+    home = Path(pyspark.__file__).resolve().parent
+    spark_class = home / "bin" / "spark-class"
+    if not spark_class.is_file() or not (home / "jars").is_dir():
+        raise ClusterError(
+            f"pyspark at {home} has no bin/spark-class or jars/: reinstall pyspark from a wheel "
+            "(pip install --force-reinstall pyspark)."
+        )
+    return home
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the daemon binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+    return True
+
+
+def process_command(pid: int) -> str:
+    """The command line of ``pid``, or "" if it is gone."""
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    try:
+        if cmdline.exists():
+            return cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return subprocess.run(
+            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return ""
+
+
+def descendants(pids: List[int]) -> List[int]:
+    """Every live process below ``pids`` (executor JVMs and their Python workers)."""
+    listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True)
+    children: Dict[int, List[int]] = {}
+    for line in listing.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 2:
+            children.setdefault(int(fields[1]), []).append(int(fields[0]))
+    found: List[int] = []
+    frontier = list(pids)
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+def master_status(web_ui_url: str, timeout: float = 2.0) -> Optional[Dict[str, Any]]:
+    """The master's own JSON status (``/json/`` on its web UI), or None if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{web_ui_url}/json/", timeout=timeout) as response:
+            return json.loads(response.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _signal(pids: List[int], signal_number: int) -> None:
+    for pid in pids:
+        if process_alive(pid):
+            try:
+                os.kill(pid, signal_number)
+            except ProcessLookupError:
+                pass
+
+
+def _terminate(pids: List[int], grace_seconds: float, reap: Dict[int, subprocess.Popen]) -> None:
+    """SIGTERM, wait up to ``grace_seconds``, then SIGKILL whatever still runs."""
+    _signal(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline and any(process_alive(pid) for pid in pids):
+        for popen in reap.values():
+            popen.poll()  # reap our own children, or they linger as zombies
+        time.sleep(0.1)
+    _signal(pids, signal.SIGKILL)
+    for popen in reap.values():
+        try:
+            popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class StandaloneCluster:
+    """One Spark master and one worker on 127.0.0.1, started and stopped by PID.
+
+    Args:
+      state_dir: holds ``cluster.json`` (master URL, PIDs), daemon logs and the worker's
+        work directory (executor logs).
+      worker_cores: cores the worker offers (1 or 2 on a small machine).
+      worker_memory: memory the worker offers to executors, e.g. ``"1g"``.
+      start_timeout: seconds to wait for the master to answer and the worker to register.
+
+    ``start()`` (or ``with``) blocks until the worker has registered with the master;
+    ``master_url`` is then ``spark://127.0.0.1:<port>``. ``driver_conf()`` gives the Spark
+    settings a driver needs to use this cluster from loopback.
+    """
+
+    def __init__(
+        self,
+        state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR,
+        worker_cores: int = 2,
+        worker_memory: str = "1g",
+        start_timeout: float = 90.0,
+    ) -> None:
+        if not isinstance(worker_cores, int) or worker_cores < 1:
+            raise ValueError(f"worker_cores={worker_cores!r}: give a positive integer, e.g. 2")
+        if not isinstance(worker_memory, str) or not worker_memory[:-1].isdigit() or (
+            worker_memory[-1].lower() not in "mg"
+        ):
+            raise ValueError(f"worker_memory={worker_memory!r}: give megabytes or gigabytes, e.g. '1g'")
+        if start_timeout <= 0:
+            raise ValueError(f"start_timeout={start_timeout!r}: give a positive number of seconds")
+        self.state_dir = Path(state_dir).resolve()
+        self.worker_cores = worker_cores
+        self.worker_memory = worker_memory
+        self.start_timeout = start_timeout
+        self.master_url: Optional[str] = None
+        self.web_ui_url: Optional[str] = None
+        self.pids: Dict[str, int] = {}
+        self.startup_seconds: Optional[float] = None
+        self._popens: Dict[int, subprocess.Popen] = {}
+
+    @classmethod
+    def attach(cls, state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR) -> "StandaloneCluster":
+        """A handle on the cluster another process started and recorded in ``state_dir``."""
+        state = read_state(state_dir)
+        if state is None:
+            raise ClusterError(
+                f"no cluster recorded in {state_dir}: start one with "
+                f"python -m runners.cluster start --state-dir {state_dir}"
+            )
+        cluster = cls(state_dir, state["worker_cores"], state["worker_memory"])
+        cluster.master_url = state["master_url"]
+        cluster.web_ui_url = state["master_web_ui"]
+        cluster.pids = dict(state["pids"])
+        return cluster
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / STATE_FILE_NAME
+
+    def _environment(self) -> Dict[str, str]:
+        environment = dict(os.environ)
+        environment.update(
+            SPARK_HOME=str(spark_home()),
+            SPARK_LOCAL_IP=LOOPBACK,
+            SPARK_LOCAL_HOSTNAME="localhost",
+            SPARK_MASTER_HOST=LOOPBACK,
+            SPARK_LOG_DIR=str(self.state_dir / "logs"),
+            SPARK_WORKER_DIR=str(self.state_dir / "work"),
+            # The REST server would take the fixed port 6066; nothing here submits through it.
+            # maxRetries=0: a port taken meanwhile fails loudly instead of moving elsewhere.
+            SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false -Dspark.port.maxRetries=0",
+            SPARK_WORKER_OPTS="-Dspark.port.maxRetries=0",
+            # The daemons compute little: the quick JIT and serial GC halve their start-up CPU.
+            SPARK_DAEMON_JAVA_OPTS=os.environ.get(
+                "SPARK_DAEMON_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+            ),
+            PYSPARK_PYTHON=sys.executable,
+        )
+        # A SPARK_CONF_DIR of the user's would bring spark-env.sh and defaults from elsewhere.
+        environment.pop("SPARK_CONF_DIR", None)
+        return environment
+
+    def _launch(self, role: str, main_class: str, arguments: List[str]) -> int:
+        log_path = self.state_dir / "logs" / f"{role}.log"
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                [str(spark_home() / "bin" / "spark-class"), main_class, *arguments],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._environment(),
+                cwd=self.state_dir,
+                # Own session: a Ctrl-C in the shell that ran `start` must not stop the cluster.
+                start_new_session=True,
+            )
+        self._popens[popen.pid] = popen
+        self.pids[role] = popen.pid
+        return popen.pid
+
+    def _wait_until(self, condition, what: str, role: str, deadline: float) -> Dict[str, Any]:
+        while time.monotonic() < deadline:
+            for name, pid in self.pids.items():
+                popen = self._popens[pid]
+                if popen.poll() is not None:
+                    log = self.state_dir / "logs" / f"{name}.log"
+                    raise ClusterError(
+                        f"Spark {name} exited with code {popen.returncode} while waiting for "
+                        f"{what}; last lines of {log}:\n{_log_tail(log)}"
+                    )
+            status = master_status(self.web_ui_url)
+            if status is not None and condition(status):
+                return status
+            time.sleep(0.25)
+        log = self.state_dir / "logs" / f"{role}.log"
+        raise ClusterError(
+            f"timed out after {self.start_timeout:.0f}s waiting for {what}; "
+            f"last lines of {log}:\n{_log_tail(log)}"
+        )
+
+    def start(self) -> "StandaloneCluster":
+        """Start master then worker; return once the worker is registered and alive."""
+        existing = read_state(self.state_dir)
+        if existing is not None and any(process_alive(pid) for pid in existing["pids"].values()):
+            raise ClusterError(
+                f"a cluster from {self.state_file} is still running ({existing['master_url']}); "
+                f"stop it first: python -m runners.cluster stop --state-dir {self.state_dir}"
+            )
+        (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "work").mkdir(parents=True, exist_ok=True)
+        began = time.monotonic()
+        deadline = began + self.start_timeout
+        master_port, master_ui_port = free_loopback_port(), free_loopback_port()
+        worker_port, worker_ui_port = free_loopback_port(), free_loopback_port()
+        self.web_ui_url = f"http://{LOOPBACK}:{master_ui_port}"
+        try:
+            self._launch("master", MASTER_CLASS, [
+                "--host", LOOPBACK, "--port", str(master_port), "--webui-port", str(master_ui_port),
+            ])
+            # The worker starts only after the master answers: a worker that finds no master
+            # backs off for 5-15 s before retrying its registration.
+            status = self._wait_until(
+                lambda s: s.get("status") == "ALIVE", "the master to answer", "master", deadline
+            )
+            self.master_url = status["url"]
+            self._launch("worker", WORKER_CLASS, [
+                "--host", LOOPBACK, "--port", str(worker_port), "--webui-port", str(worker_ui_port),
+                "--cores", str(self.worker_cores), "--memory", self.worker_memory,
+                "--work-dir", str(self.state_dir / "work"), self.master_url,
+            ])
+            self._wait_until(
+                lambda s: any(
+                    worker.get("state") == "ALIVE" and worker.get("port") == worker_port
+                    for worker in s.get("workers", [])
+                ),
+                "the worker to register with the master", "worker", deadline,
+            )
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        write_state(self.state_dir, {
+            "master_url": self.master_url,
+            "master_web_ui": self.web_ui_url,
+            "worker_web_ui": f"http://{LOOPBACK}:{worker_ui_port}",
+            "worker_cores": self.worker_cores,
+            "worker_memory": self.worker_memory,
+            "pids": self.pids,
+            "spark_home": str(spark_home()),
+            "python": sys.executable,
+            "startup_seconds": round(self.startup_seconds, 2),
+        })
+        return self
+
+    def driver_conf(self) -> Dict[str, str]:
+        """Spark settings for a driver on this machine using this cluster."""
+        if self.master_url is None:
+            raise ClusterError("the cluster is not started: call start() or use `with`")
+        return driver_conf(self.master_url, self.worker_cores, self.worker_memory)
+
+    def runner_options(self) -> List[str]:
+        """Pipeline options running a Beam pipeline on this cluster with our SparkRunner.
+
+        >>> options = cluster.runner_options()  # doctest: +SKIP
+        ['--spark_master_url=spark://127.0.0.1:40517', '--spark_conf=spark.driver.host=...', ...]
+        """
+        settings = self.driver_conf()
+        return [f"--spark_master_url={settings.pop('spark.master')}"] + [
+            f"--spark_conf={key}={value}" for key, value in settings.items()
+        ]
+
+    def session_builder(self, app_name: str) -> Any:
+        """A ``SparkSession.Builder`` for this cluster, with executors on the project's Python.
+
+        >>> session = cluster.session_builder("my-job").getOrCreate()  # doctest: +SKIP
+        """
+        from pyspark.sql import SparkSession
+
+        use_project_python()
+        builder = SparkSession.builder.appName(app_name).config("spark.ui.enabled", "false")
+        for key, value in self.driver_conf().items():
+            builder = builder.config(key, value)
+        return builder
+
+    def stop(self, grace_seconds: float = STOP_GRACE_SECONDS) -> None:
+        """Stop the worker (and its executors), then the master; remove the state file."""
+        ours = [pid for pid in (self.pids.get("worker"), self.pids.get("master")) if pid]
+        below = descendants(ours)
+        _terminate(ours, grace_seconds, self._popens)
+        # The worker kills its executors on SIGTERM; anything left under it is still ours.
+        _terminate([pid for pid in below if process_alive(pid)], grace_seconds, {})
+        if self.state_file.exists():
+            self.state_file.unlink()
+        self.pids = {}
+        self._popens = {}
+
+    def __enter__(self) -> "StandaloneCluster":
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+
+def driver_conf(master_url: str, cores: int = 2, executor_memory: str = "1g") -> Dict[str, str]:
+    """Spark settings for a loopback driver on ``master_url``: one executor using every core."""
+    return {
+        "spark.master": master_url,
+        "spark.driver.host": LOOPBACK,
+        "spark.driver.bindAddress": LOOPBACK,
+        "spark.cores.max": str(cores),
+        "spark.executor.memory": executor_memory,
+    }
+
+
+def use_project_python() -> None:
+    """Make executors run this interpreter (call before the SparkContext is created).
+
+    PySpark takes the executors' Python from the driver's ``PYSPARK_PYTHON`` (default
+    ``python3``, which may not have the project installed); this sets it to ``sys.executable``
+    unless the user chose one.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def read_state(state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR) -> Optional[Dict[str, Any]]:
+    """The state written by ``start``, or None when no cluster was started there."""
+    path = Path(state_dir) / STATE_FILE_NAME
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def write_state(state_dir: Path, state: Dict[str, Any]) -> None:
+    path = state_dir / STATE_FILE_NAME
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state, indent=2) + "\n")
+    temporary.replace(path)
+
+
+def stop_from_state(state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR) -> bool:
+    """Stop the cluster recorded in ``state_dir``; False if there was none.
+
+    A recorded PID whose process is no longer a Spark daemon (the PID was reused after a
+    reboot) is left alone.
+    """
+    state = read_state(state_dir)
+    if state is None:
+        return False
+    cluster = StandaloneCluster.attach(state_dir)
+    expected = {"master": MASTER_CLASS, "worker": WORKER_CLASS}
+    cluster.pids = {
+        role: pid for role, pid in cluster.pids.items()
+        if process_alive(pid) and expected.get(role, "?") in process_command(pid)
+    }
+    cluster.stop()
+    return True
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m runners.cluster",
+        description="A Spark standalone cluster (1 master, 1 worker) on 127.0.0.1.",
+    )
+    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR),
+                        help=f"state file and logs (default {DEFAULT_STATE_DIR})")
+    parser.add_argument("--worker-cores", type=int, default=2)
+    parser.add_argument("--worker-memory", default="1g")
+    arguments = parser.parse_args(argv)
+    state_dir = arguments.state_dir
+    state = read_state(state_dir)
+    running = state is not None and any(process_alive(pid) for pid in state["pids"].values())
+    if arguments.action == "status":
+        if not running:
+            print("not running")
+            return 3
+        answer = master_status(state["master_web_ui"])
+        print(json.dumps({**state, "master_answers": answer is not None,
+                          "alive_workers": answer and answer.get("aliveworkers")}, indent=2))
+        return 0
+    if arguments.action == "stop" or state is not None and not running:
+        # A state file without live daemons is left from a crash: clean it up before a start.
+        stopped = stop_from_state(state_dir)
+        if arguments.action == "stop":
+            print(f"stopped {state['master_url']} (pids {state['pids']})" if stopped
+                  else f"no cluster recorded in {state_dir}")
+            return 0
+    if running:
+        print(f"already running: {state['master_url']} (pids {state['pids']})")
+        return 0
+    try:
+        cluster = StandaloneCluster(state_dir, arguments.worker_cores,
+                                    arguments.worker_memory).start()
+    except ClusterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"started {cluster.master_url} in {cluster.startup_seconds:.1f}s "
+          f"(pids {cluster.pids}; master UI {cluster.web_ui_url})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
