@@ -152,3 +152,15 @@ def test_watermark_trigger_in_the_global_window_is_fine_for_bounded_input(make_p
                   | WindowedAggregation(what=sum, where=GlobalWindows(), when=at_watermark(),
                                         how=How.DISCARDING))
         assert_that(totals, equal_to([("a", 3), ("b", 5)]))
+
+
+@pytest.mark.parametrize("when", [
+    early_and_late_firings(early_every_seconds=5, allowed_lateness=60),
+    micro_batch(5),
+])
+def test_processing_time_trigger_on_bounded_input_fails_when_applied(make_pipeline, when):
+    pipeline = make_pipeline()
+    aggregation = WindowedAggregation(what=sum, where=FixedWindows(10), when=when,
+                                      how=How.DISCARDING)
+    with pytest.raises(ValueError, match="no processing-time clock"):
+        pipeline | beam.Create([("a", 1)]) | aggregation

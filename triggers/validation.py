@@ -21,6 +21,9 @@ Each rule names the bad value and what to change. The rules:
 9. Merging windows (sessions) with a trigger that finishes at the watermark
    (``AfterWatermark`` without late firings): Beam drops, silently, data that merges into a
    session after it fired (the merged window inherits the finished window's tombstone).
+10. A processing-time trigger on bounded (batch) input: batch execution has no
+    processing-time clock (Beam's batch runner fails on it); use an event-time or count
+    trigger, or run in streaming.
 
 >>> from apache_beam.transforms.window import FixedWindows
 >>> from triggers.presets import at_watermark
@@ -126,7 +129,7 @@ def validate(what: Any, where: WindowFn, when: When, how: How,
     """Raise TypeError/ValueError for an invalid combination; see the module's rules.
 
     ``bounded`` is the input's boundedness (``pcoll.is_bounded``); None skips the rules
-    that depend on it (5 and 7).
+    that depend on it (5, 7 and 10).
     """
     if not (isinstance(what, CombineFn) or callable(what)):
         raise TypeError(
@@ -174,7 +177,16 @@ def validate(what: Any, where: WindowFn, when: When, how: How,
             "windows after they fired: Beam's trigger driver would silently drop data that "
             "merges into a fired window. Use at_watermark() or early_and_late_firings(..., "
             "late_every_count=1, allowed_lateness=...), whose triggers never finish.")
-    if bounded is not False:
+    if bounded is None:
+        return
+    if bounded:
+        timed = [part for part in parts if isinstance(part, AfterProcessingTime)]
+        if timed:
+            raise ValueError(
+                f"{timed[0]!r} on bounded (batch) input: a batch pipeline has no "
+                "processing-time clock, so processing-time firings cannot happen (Beam's batch "
+                "runner fails on them). Use an event-time or count trigger (at_watermark(), "
+                "early_and_late_firings(early_every_count=...)), or run with --streaming.")
         return
     global_window = isinstance(where, GlobalWindows)
     if global_window and fires_only_at_watermark(trigger):

@@ -1,0 +1,239 @@
+"""Command-line options shared by every job: input, output, runner, windows and triggers.
+
+Each job builds its parser with :func:`job_parser` (common options, the job's own defaults),
+adds what only it needs, and calls :func:`parse_job_options`, which validates everything
+before any pipeline is built: a bad value (unknown option, negative size, malformed number,
+input that matches no file, unknown runner) ends the program with a message naming it and
+exit code 2 (``parser.error``). Options the job does not know but Beam does (``--streaming``,
+``--direct_num_workers``, ...) go to Beam's ``PipelineOptions``.
+
+Where the input comes from (``--source``):
+
+* ``generator`` (the default without ``--input``): :mod:`pipelines.generator` makes
+  ``--events`` events from ``--seed``; :mod:`pipelines.replay` releases them at their arrival
+  times through a TestStream, in streaming mode. Early, on-time and late panes appear, and
+  nothing needs to be installed or downloaded.
+* ``file`` (the default with ``--input``): read the files matching ``--input`` as a bounded
+  input (batch; add ``--streaming`` to run the same bounded input in streaming mode).
+* ``replay``: read the files matching ``--input`` (JSON lines, as the generator writes
+  them) and replay them by their ``arrival_time`` field, like ``generator``.
+
+Example:
+
+>>> parser = job_parser("team_scores", "Team scores.", window_seconds=60, early_seconds=20,
+...                     allowed_lateness=120)
+>>> args, beam_options = parse_job_options(parser, ["--events", "50", "--seed", "3"])
+>>> args.source, args.events, args.window_seconds, beam_options.view_as(StandardOptions).streaming
+('generator', 50, 60.0, True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import List, Optional, Sequence, Tuple
+
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from runners.resolution import resolve_runner
+
+SOURCES = ("generator", "file", "replay")
+FORMATS = ("json", "csv")
+
+_EPILOG = """\
+Outputs: without --output, panes are printed one per line as they fire and dead letters are
+logged as warnings. With --output PREFIX, panes go to PREFIX.jsonl (one JSON object per pane:
+key, value, window, timestamp, pane {timing, index, is_first, is_last}) and dead letters to
+PREFIX-dead-letter.jsonl, data dropped for lateness to PREFIX-dropped.jsonl (each written
+only when there are some).
+
+Any other option is passed to Beam's PipelineOptions (e.g. --streaming, --direct_num_workers).
+"""
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a duration in seconds greater than zero."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0 seconds")
+    return value
+
+
+def non_negative_seconds(text: str) -> float:
+    """argparse type: a duration in seconds, zero or more."""
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number greater than zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number, zero or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def job_parser(
+    prog: str,
+    description: str,
+    *,
+    window_seconds: float,
+    early_seconds: float,
+    allowed_lateness: float,
+    events: int = 300,
+) -> argparse.ArgumentParser:
+    """A parser with the options every job shares, defaulted for this job.
+
+    Add the job's own options to the returned parser, then call :func:`parse_job_options`.
+    """
+    parser = argparse.ArgumentParser(
+        prog=f"python -m pipelines.{prog}",
+        description=description,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        # Abbreviations would swallow Beam's options (--stream would mean --streaming's prefix).
+        allow_abbrev=False,
+    )
+    source = parser.add_argument_group("input")
+    source.add_argument("--input", metavar="GLOB",
+                        help="files to read (a glob); absent: the bundled event generator")
+    source.add_argument("--format", choices=FORMATS, default="json",
+                        help="input record format for --source file (default: json lines)")
+    source.add_argument("--csv_columns", metavar="A,B,...",
+                        help="CSV column names in order (default: the event's fields, then "
+                        "arrival_time, as `python -m pipelines.generator --format csv` writes)")
+    source.add_argument("--source", choices=SOURCES,
+                        help="generator: generated events replayed as a stream (default without "
+                        "--input); file: read --input as a bounded input (default with --input); "
+                        "replay: replay --input JSON lines by their arrival_time")
+    source.add_argument("--seed", type=int, default=42, help="generator seed (default: 42)")
+    source.add_argument("--events", type=non_negative_int, default=events,
+                        help=f"how many events to generate (default: {events})")
+    source.add_argument("--tick_seconds", type=positive_seconds, default=1.0,
+                        help="replay granularity: events arriving within one tick are released "
+                        "together (default: 1)")
+    source.add_argument("--watermark_lag_seconds", type=non_negative_seconds, default=10.0,
+                        help="replay watermark: newest event time seen minus this (default: 10)")
+
+    model = parser.add_argument_group("windows and triggers")
+    model.add_argument("--window_seconds", type=positive_seconds, default=float(window_seconds),
+                       help=f"event-time window size (default: {window_seconds:g})")
+    model.add_argument("--early_seconds", type=non_negative_seconds, default=float(early_seconds),
+                       help="early (speculative) firing every this many seconds of processing "
+                       f"time; 0: no early firings (default: {early_seconds:g}; whole seconds; "
+                       "not in batch, where no processing time passes)")
+    model.add_argument("--allowed_lateness", type=non_negative_seconds,
+                       default=float(allowed_lateness),
+                       help="how long after the watermark passes a window late data still "
+                       f"updates it, in seconds (default: {allowed_lateness:g})")
+
+    run = parser.add_argument_group("output and runner")
+    run.add_argument("--output", metavar="PREFIX",
+                     help="write PREFIX.jsonl (+ PREFIX-dead-letter.jsonl, ...); absent: print")
+    run.add_argument("--runner", default="DirectRunner",
+                     help="DirectRunner (default) or SparkRunner (the project's runner on "
+                     "PySpark), or any Beam runner name")
+    return parser
+
+
+def _unknown_beam_options(arguments: List[str]) -> List[str]:
+    """The arguments neither the job nor Beam's PipelineOptions know."""
+    options = PipelineOptions(arguments)
+    known = set(options.get_all_options())
+    unknown = set(options.get_all_options(retain_unknown_options=True)) - known
+    names = sorted(f"--{name}" for name in unknown)
+    # Bare words that follow no option are not options at all (Beam would ignore them).
+    previous = None
+    for argument in arguments:
+        if not argument.startswith("-") and (previous is None or "=" in previous
+                                             or not previous.startswith("--")):
+            names.append(argument)
+        previous = argument
+    return names
+
+
+def _check_input(parser: argparse.ArgumentParser, pattern: str) -> None:
+    try:
+        matches = FileSystems.match([pattern])[0].metadata_list
+    except Exception as error:  # BeamIOError and friends: report, do not crash
+        parser.error(f"--input={pattern}: cannot list files ({error})")
+    if not matches:
+        parser.error(f"--input={pattern}: no file matches; check the path or glob")
+
+
+def parse_job_options(
+    parser: argparse.ArgumentParser, argv: Optional[Sequence[str]] = None
+) -> Tuple[argparse.Namespace, PipelineOptions]:
+    """Parse and validate ``argv``; return the job's options and Beam's PipelineOptions.
+
+    The namespace gets ``source`` resolved and ``runner`` replaced by what
+    ``beam.Pipeline(runner=...)`` accepts (via :func:`runners.resolve_runner`). Exits with
+    code 2 and a message on any bad option.
+    """
+    args, rest = parser.parse_known_args(argv)
+    unknown = _unknown_beam_options(rest)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)} "
+                     "(neither this job's nor Beam's pipeline options; see --help)")
+    if args.source is None:
+        args.source = "file" if args.input else "generator"
+    if args.source in ("file", "replay"):
+        if not args.input:
+            parser.error(f"--source={args.source} needs --input GLOB")
+        _check_input(parser, args.input)
+    elif args.input:
+        parser.error("--input is read by --source file or replay, not by --source generator")
+    if args.source == "replay" and args.format != "json":
+        parser.error("--source replay reads JSON lines; use --format json or --source file")
+    if args.csv_columns is not None:
+        if args.format != "csv":
+            parser.error("--csv_columns applies to --format csv only")
+        args.csv_columns = [name.strip() for name in args.csv_columns.split(",")]
+        if not all(args.csv_columns):
+            parser.error("--csv_columns must be comma-separated names, none empty")
+    try:
+        runner = resolve_runner(args.runner)
+        if isinstance(runner, str):
+            # Fail now, with Beam's list of valid names, rather than when the pipeline starts.
+            from apache_beam.runners.runner import create_runner
+            runner = create_runner(runner)
+    except (ValueError, ImportError) as error:
+        parser.error(f"--runner={args.runner}: {error}")
+    args.runner = runner
+
+    beam_options = PipelineOptions(rest)
+    if args.source in ("generator", "replay"):
+        # A replay is a TestStream: it needs the streaming execution mode.
+        beam_options.view_as(StandardOptions).streaming = True
+    if not beam_options.view_as(StandardOptions).streaming:
+        # A batch reads a finished input at once: no processing time passes between elements,
+        # and Beam's batch runner has no processing-time clock for such triggers at all.
+        args.early_seconds = 0.0
+    return args, beam_options
