@@ -35,8 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -45,14 +43,21 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from runners.processes import (
+    LOOPBACK,
+    STOP_GRACE_SECONDS,
+    descendants,
+    free_loopback_port,
+    process_alive,
+    process_command,
+    terminate,
+)
+
 #: Where ``python -m runners.cluster`` keeps its state file and logs (git-ignored).
 DEFAULT_STATE_DIR = Path(__file__).resolve().parent.parent / ".spark-cluster"
 STATE_FILE_NAME = "cluster.json"
-LOOPBACK = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-#: Seconds a daemon gets to exit after SIGTERM before SIGKILL.
-STOP_GRACE_SECONDS = 10.0
 
 
 class ClusterError(RuntimeError):
@@ -77,60 +82,6 @@ def spark_home() -> Path:
     return home
 
 
-def free_loopback_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the daemon binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
-
-
-def process_alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.exists():
-        try:
-            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except (OSError, IndexError):
-            return False
-    return True
-
-
-def process_command(pid: int) -> str:
-    """The command line of ``pid``, or "" if it is gone."""
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    try:
-        if cmdline.exists():
-            return cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        return subprocess.run(
-            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        return ""
-
-
-def descendants(pids: List[int]) -> List[int]:
-    """Every live process below ``pids`` (executor JVMs and their Python workers)."""
-    listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True)
-    children: Dict[int, List[int]] = {}
-    for line in listing.stdout.splitlines():
-        fields = line.split()
-        if len(fields) == 2:
-            children.setdefault(int(fields[1]), []).append(int(fields[0]))
-    found: List[int] = []
-    frontier = list(pids)
-    while frontier:
-        for child in children.get(frontier.pop(), []):
-            found.append(child)
-            frontier.append(child)
-    return found
-
-
 def master_status(web_ui_url: str, timeout: float = 2.0) -> Optional[Dict[str, Any]]:
     """The master's own JSON status (``/json/`` on its web UI), or None if it does not answer."""
     try:
@@ -145,31 +96,6 @@ def _log_tail(path: Path, lines: int = 25) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-
-
-def _signal(pids: List[int], signal_number: int) -> None:
-    for pid in pids:
-        if process_alive(pid):
-            try:
-                os.kill(pid, signal_number)
-            except ProcessLookupError:
-                pass
-
-
-def _terminate(pids: List[int], grace_seconds: float, reap: Dict[int, subprocess.Popen]) -> None:
-    """SIGTERM, wait up to ``grace_seconds``, then SIGKILL whatever still runs."""
-    _signal(pids, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and any(process_alive(pid) for pid in pids):
-        for popen in reap.values():
-            popen.poll()  # reap our own children, or they linger as zombies
-        time.sleep(0.1)
-    _signal(pids, signal.SIGKILL)
-    for popen in reap.values():
-        try:
-            popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 class StandaloneCluster:
@@ -379,9 +305,9 @@ class StandaloneCluster:
         """Stop the worker (and its executors), then the master; remove the state file."""
         ours = [pid for pid in (self.pids.get("worker"), self.pids.get("master")) if pid]
         below = descendants(ours)
-        _terminate(ours, grace_seconds, self._popens)
+        terminate(ours, grace_seconds, self._popens)
         # The worker kills its executors on SIGTERM; anything left under it is still ours.
-        _terminate([pid for pid in below if process_alive(pid)], grace_seconds, {})
+        terminate([pid for pid in below if process_alive(pid)], grace_seconds, {})
         if self.state_file.exists():
             self.state_file.unlink()
         self.pids = {}

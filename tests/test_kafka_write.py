@@ -1,0 +1,121 @@
+"""WriteToKafka and WriteDeadLettersToKafka on a real embedded broker; clear errors."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+
+from kafka_fixtures import bootstrap_servers, kafka, kafka_broker  # noqa: F401  (fixtures)
+from runners.broker import free_loopback_port
+from transforms.kafka import (
+    ReadFromKafka,
+    WriteDeadLettersToKafka,
+    WriteToKafka,
+    json_bytes,
+    json_value,
+    utf8,
+)
+
+
+def test_write_keyed_records_with_event_time_and_read_them_back(make_pipeline, kafka):
+    topic = kafka.create_topic(partitions=3)
+    scores = [("alice", 3, 10.0), ("bob", 5, 20.0), ("alice", 4, 30.0), ("carol", 1, 40.0)]
+    base = kafka.base
+    with make_pipeline() as p:
+        _ = (p
+             | beam.Create(scores)
+             | beam.Map(lambda s: beam.window.TimestampedValue((s[0], s[1]), base + s[2]))
+             | WriteToKafka(kafka.bootstrap_servers, topic, key_fn=lambda kv: kv[0],
+                            value_fn=lambda kv: {"score": kv[1]}, value_serializer=json_bytes))
+    records = kafka.consume_all(topic, expected=4)
+    assert sorted((r.key, r.value, r.timestamp) for r in records) == sorted(
+        (name.encode(), json_bytes({"score": n}), (base + t) * 1000) for name, n, t in scores)
+    partitions_of = {}
+    for record in records:
+        partitions_of.setdefault(record.key, set()).add(record.partition)
+    assert all(len(partitions) == 1 for partitions in partitions_of.values()), partitions_of
+
+
+def test_a_value_without_a_serializer_fails_the_job_naming_the_fix(make_pipeline, kafka):
+    topic = kafka.create_topic(partitions=1)
+    with pytest.raises(Exception, match="value_serializer"):
+        with make_pipeline() as p:
+            _ = p | beam.Create([{"not": "bytes"}]) | WriteToKafka(kafka.bootstrap_servers, topic)
+
+
+def test_dead_letters_are_written_to_a_dead_letter_topic_with_their_bytes_and_reason(
+        make_pipeline, kafka):
+    topic = kafka.create_topic(partitions=1)
+    dead_letter_topic = kafka.create_topic(partitions=1)
+    kafka.produce(topic, [(b"k1", b'{"ok": 1}', None, None, [("trace", b"t-1")]),
+                          (b"k2", b"\x00garbage")])
+    with make_pipeline() as p:
+        read = p | ReadFromKafka(kafka.bootstrap_servers, topic, bounded=True,
+                                 value_decoder=json_value)
+        _ = read.dead_letter | WriteDeadLettersToKafka(kafka.bootstrap_servers, dead_letter_topic)
+        assert_that(read.records | beam.Map(lambda kv: kv[0]), equal_to([b"k1"]))
+    (dead,) = kafka.consume_all(dead_letter_topic, expected=1)
+    headers = dict(dead.headers)
+    assert (dead.key, dead.value) == (b"k2", b"\x00garbage")
+    assert headers["dead_letter.topic"] == topic.encode()
+    assert headers["dead_letter.partition"] == b"0"
+    assert headers["dead_letter.offset"] == b"1"
+    assert headers["dead_letter.reason"].startswith(b"value_decoder json_value failed")
+
+
+def _error_text(error: BaseException) -> str:
+    """The messages of an exception and of its causes (a runner may wrap the worker's error)."""
+    texts = []
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        texts.append(str(error))
+        error = error.__cause__ or error.__context__
+    return "\n".join(texts)
+
+
+def test_a_broker_that_is_down_gives_a_clear_error_for_the_source(make_pipeline):
+    servers = f"127.0.0.1:{free_loopback_port()}"  # nothing listens there
+    with pytest.raises(Exception) as failure:
+        with make_pipeline() as p:
+            _ = p | ReadFromKafka(servers, "events", bounded=True,
+                                  consumer_config={"bootstrap_timeout_ms": 3000})
+    message = _error_text(failure.value)
+    assert servers in message and "make kafka" in message, message
+
+
+def test_a_broker_that_is_down_gives_a_clear_error_for_the_sink(make_pipeline):
+    servers = f"127.0.0.1:{free_loopback_port()}"
+    with pytest.raises(Exception) as failure:
+        with make_pipeline() as p:
+            _ = p | beam.Create([b"x"]) | WriteToKafka(servers, "events",
+                                                           producer_config={"bootstrap_timeout_ms": 3000})
+    message = _error_text(failure.value)
+    assert servers in message and "make kafka" in message, message
+
+
+@pytest.mark.parametrize("arguments, error, fragment", [
+    (dict(topics="t", start="newest"), ValueError, "start='newest'"),
+    (dict(topics="t", start="committed"), ValueError, "pass group_id"),
+    (dict(topics=[]), ValueError, "topics"),
+    (dict(topics="t", max_records=0), ValueError, "max_records=0"),
+    (dict(topics="t", idle_timeout_seconds=-1), ValueError, "idle_timeout_seconds"),
+    (dict(topics="t", consumer_config={"group_id": "g"}), ValueError, "group_id"),
+    (dict(topics="t", value_decoder="utf8"), TypeError, "value_decoder"),
+    (dict(topics="t", bootstrap_servers="localhost"), ValueError, "host:port"),
+])
+def test_invalid_source_arguments_are_rejected_when_the_transform_is_built(arguments, error, fragment):
+    arguments = {"bootstrap_servers": "127.0.0.1:9092", **arguments}
+    with pytest.raises(error, match=fragment.replace("(", r"\(").replace("[", r"\[")):
+        ReadFromKafka(**arguments)
+
+
+@pytest.mark.parametrize("arguments, error, fragment", [
+    (dict(topic=""), ValueError, "topic"),
+    (dict(topic="t", key_fn="name"), TypeError, "key_fn"),
+    (dict(topic="t", producer_config={"acks": 0}), ValueError, "acks"),
+])
+def test_invalid_sink_arguments_are_rejected_when_the_transform_is_built(arguments, error, fragment):
+    with pytest.raises(error, match=fragment):
+        WriteToKafka("127.0.0.1:9092", **arguments)
