@@ -15,6 +15,11 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 
+from spark_fixtures import spark_runner, spark_session  # noqa: F401 (spark_session: a fixture)
+
+# The embedded Kafka broker fixtures (KAFKA_BROKER=noida|tansu selects the broker).
+pytest_plugins = ["kafka_fixtures"]
+
 
 def _direct_runner(request):
     from apache_beam.runners.direct.direct_runner import DirectRunner
@@ -23,7 +28,7 @@ def _direct_runner(request):
 
 
 #: Runner name -> factory taking the pytest request (so a runner may use session fixtures).
-RUNNERS: Dict[str, Callable] = {"DirectRunner": _direct_runner}
+RUNNERS: Dict[str, Callable] = {"DirectRunner": _direct_runner, "SparkRunner": spark_runner}
 
 
 def _selected_runners():

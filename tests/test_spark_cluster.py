@@ -36,6 +36,38 @@ def spark_cluster(tmp_path_factory) -> Iterator[StandaloneCluster]:
         yield cluster
 
 
+def _team_scores(tmp_path: Path, name: str, *options: str) -> List[dict]:
+    """Run the team_scores job in its own process on generated input; its panes, sorted."""
+    output = tmp_path / name
+    subprocess.run(
+        [sys.executable, "-m", "pipelines.team_scores", "--input", str(tmp_path / "game.jsonl"),
+         "--output", str(output), *options],
+        check=True, timeout=600, cwd=Path(__file__).resolve().parent.parent,
+    )
+    lines = (tmp_path / f"{name}.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda record: json.dumps(record))
+
+
+# First in the module on purpose: the `cluster_driver` fixture below keeps an application
+# holding every core of the worker until the module ends, and a second application would
+# wait for cores. This test runs before that fixture starts.
+def test_beam_pipeline_on_the_cluster_gives_the_direct_runners_panes(spark_cluster, tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pipelines.generator", "--kind", "game", "--events", "400",
+         "--seed", "11", "--output", str(tmp_path / "game.jsonl")],
+        check=True, timeout=120,
+    )
+    on_cluster = _team_scores(
+        tmp_path, "cluster", "--runner", "SparkRunner", *spark_cluster.runner_options())
+    on_direct = _team_scores(tmp_path, "direct", "--runner", "DirectRunner")
+
+    assert on_cluster, "the job on the cluster wrote no panes"
+    assert on_cluster == on_direct
+    # The job really ran on the cluster (not on a local master): the master lists it as done.
+    status = master_status(spark_cluster.web_ui_url)
+    assert status is not None and len(status["completedapps"]) == 1
+
+
 #: The driver of the cluster tests runs in its own process: a Python process holds at most
 #: one SparkContext, and other test modules share a local one. It runs a job, prints the
 #: result as one JSON line, then keeps its session (and so its executor) open until its

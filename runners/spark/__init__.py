@@ -1,0 +1,29 @@
+"""Our Beam runner on the Spark that pyspark provides (batch; streaming comes later).
+
+Beam's own ``SparkRunner`` for Python is a client for a Java job server downloaded at run
+time; this one executes Beam's portable pipeline itself, in Spark's Python workers:
+
+1. :mod:`~runners.spark.planning` turns the pipeline into its portable proto, refuses what
+   it cannot run (naming the transform), and fuses it into stages with Beam's own phases.
+2. :mod:`~runners.spark.execution` makes each stage an RDD: one partition is one bundle,
+   processed by Beam's SDK harness in process (:mod:`~runners.spark.bundles`).
+3. :mod:`~runners.spark.shuffle` groups by the encoded key (GroupByKey with Beam's trigger
+   driver, Reshuffle, key partitioning for stateful DoFns); :mod:`~runners.spark.side_inputs`
+   materializes side inputs per window and broadcasts them.
+4. :mod:`~runners.spark.result` reports state, errors (the user's own exception) and metrics
+   (:mod:`~runners.spark.metrics`), merged across tasks.
+
+Every Beam private API it uses is imported in :mod:`~runners.spark.beam_internals`.
+
+Usage: ``--runner=SparkRunner`` on a project pipeline (see ``runners.resolution``), or
+
+>>> import apache_beam as beam
+>>> from runners.spark import SparkRunner
+>>> with beam.Pipeline(runner=SparkRunner()) as p:  # doctest: +SKIP
+...     _ = p | beam.Create([1, 2, 3]) | beam.Map(print)
+"""
+
+from runners.spark.options import SparkRunnerOptions
+from runners.spark.runner import SparkRunner
+
+__all__ = ["SparkRunner", "SparkRunnerOptions"]

@@ -1,0 +1,150 @@
+"""Every private Apache Beam API the Spark runner uses, imported in one place.
+
+The runner reuses Beam's own machinery instead of re-implementing it: the fusion phases of
+the FnApiRunner (``fn_api_runner.translations``), the in-process SDK harness
+(``worker.bundle_processor`` over an in-memory data channel), the runner-side grouping
+helpers (``fn_api_runner.execution``) and the trigger driver. None of these are public API,
+so the runner supports exactly one Beam minor version: importing this module with another
+version fails at once, naming what to do, instead of misbehaving later.
+
+The runner's other modules import Beam internals from here only.
+"""
+
+from __future__ import annotations
+
+import apache_beam
+
+#: The Beam minor version whose internals this runner was written and tested against.
+SUPPORTED_BEAM_VERSION = "2.77"
+
+
+def _check_beam_version(version: str) -> None:
+    if not (version == SUPPORTED_BEAM_VERSION or version.startswith(SUPPORTED_BEAM_VERSION + ".")):
+        raise ImportError(
+            f"runners.spark uses Beam internals of apache-beam {SUPPORTED_BEAM_VERSION}.x, "
+            f"but apache-beam {version} is installed. "
+            f"Install apache-beam=={SUPPORTED_BEAM_VERSION}.* "
+            "(pinned in setup.py), or port runners/spark/beam_internals.py and rerun "
+            "tests/test_spark_runner_*.py."
+        )
+
+
+_check_beam_version(apache_beam.__version__)
+
+# Re-exported for the runner's other modules (they import Beam internals from here only).
+# pylint: disable=wrong-import-position,unused-import
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream  # noqa: E402
+from apache_beam.metrics import monitoring_infos  # noqa: E402
+from apache_beam.metrics.execution import MetricResult  # noqa: E402
+from apache_beam.portability import common_urns, python_urns  # noqa: E402
+from apache_beam.portability.api import (  # noqa: E402
+    beam_fn_api_pb2,
+    beam_runner_api_pb2,
+    metrics_pb2,
+)
+from apache_beam.runners.common import ENCODED_IMPULSE_VALUE  # noqa: E402
+from apache_beam.runners.pipeline_context import PipelineContext  # noqa: E402
+from apache_beam.runners.pipeline_utils import (  # noqa: E402
+    group_by_key_input_visitor,
+    merge_common_environments,
+    merge_superset_dep_environments,
+    validate_pipeline_graph,
+)
+from apache_beam.runners.portability import portable_metrics  # noqa: E402
+from apache_beam.runners.portability.fn_api_runner import translations  # noqa: E402
+from apache_beam.runners.portability.fn_api_runner.execution import (  # noqa: E402
+    WindowGroupingBuffer,
+)
+from apache_beam.runners.portability.fn_api_runner.translations import (  # noqa: E402
+    IMPULSE_BUFFER,
+    PAR_DO_URNS,
+    create_and_optimize_stages,
+    create_buffer_id,
+    split_buffer_id,
+)
+from apache_beam.runners.portability.fn_api_runner.worker_handlers import (  # noqa: E402
+    FNAPI_RUNNER_CAPABILITIES,
+    StateServicer,
+)
+from apache_beam.runners.worker.bundle_processor import (  # noqa: E402
+    DATA_INPUT_URN,
+    DATA_OUTPUT_URN,
+    BundleProcessor,
+)
+from apache_beam.runners.worker.data_plane import (  # noqa: E402
+    InMemoryDataChannel,
+    InMemoryDataChannelFactory,
+)
+from apache_beam.runners.worker.sdk_worker import (  # noqa: E402
+    GlobalCachingStateHandler,
+    StateHandler,
+)
+from apache_beam.runners.worker.statecache import StateCache  # noqa: E402
+from apache_beam.transforms import environments  # noqa: E402
+from apache_beam.transforms.timeutil import TimeDomain  # noqa: E402
+from apache_beam.transforms.trigger import (  # noqa: E402
+    InMemoryUnmergedState,
+    create_trigger_driver,
+)
+from apache_beam.utils import proto_utils  # noqa: E402
+
+#: FnApiRunner's fusion phases, in its order (see ``FnApiRunner.create_stages``), plus
+#: ``annotate_stateful_dofns_as_roots``: a stateful stage must start at a runner-visible
+#: input so the runner can partition that input by key before the stage runs.
+FUSION_PHASES = (
+    translations.annotate_downstream_side_inputs,
+    translations.annotate_stateful_dofns_as_roots,
+    translations.fix_side_input_pcoll_coders,
+    translations.pack_combiners,
+    translations.lift_combiners,
+    translations.expand_sdf,
+    translations.expand_gbk,
+    translations.sink_flattens,
+    translations.greedily_fuse,
+    translations.read_to_impulse,
+    translations.impulse_to_input,
+    translations.sort_stages,
+    translations.add_impulse_to_dangling_transforms,
+    translations.setup_timer_mapping,
+    translations.populate_data_channel_coders,
+)
+
+#: Transforms the runner executes itself rather than in the SDK harness. RESHUFFLE here
+#: also makes ``expand_sdf`` redistribute split restrictions, so bounded sources spread
+#: over partitions.
+RUNNER_URNS = frozenset([
+    common_urns.primitives.FLATTEN.urn,
+    common_urns.primitives.GROUP_BY_KEY.urn,
+    common_urns.composites.RESHUFFLE.urn,
+])
+
+#: State the runner serves from materialized side inputs (everything else is user state).
+SIDE_INPUT_STATE_TYPES = frozenset([
+    "iterable_side_input",
+    "multimap_side_input",
+    "multimap_keys_side_input",
+    "multimap_keys_values_side_input",
+])
+
+# Job server (runners/spark/job_server.py, job_service.py, artifacts.py): Beam's Job API
+# services, reused rather than re-implemented.
+from apache_beam.portability.api import (  # noqa: E402
+    beam_artifact_api_pb2_grpc,
+    beam_job_api_pb2,
+    beam_job_api_pb2_grpc,
+    endpoints_pb2,
+)
+from apache_beam.runners.job import utils as job_utils  # noqa: E402
+from apache_beam.runners.portability import (  # noqa: E402
+    abstract_job_service,
+    artifact_service,
+    local_job_service,
+)
+
+# Runner-native window assignment (runners/spark/window_assignment.py): an ASSIGN_WINDOWS
+# operation of the SDK harness, registered under a runner-private URN.
+from apache_beam.runners.common import NameContext  # noqa: E402
+from apache_beam.runners.worker import operation_specs, operations  # noqa: E402
+from apache_beam.runners.worker.bundle_processor import BeamTransformFactory  # noqa: E402
+from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN  # noqa: E402
+from apache_beam.utils.windowed_value import create as create_windowed_value  # noqa: E402

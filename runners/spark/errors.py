@@ -1,0 +1,69 @@
+"""Carry a user's exception from a Spark task back to the driver, intact.
+
+Spark reports a failed Python task as a Java exception whose text holds the worker's
+traceback; the user would see Py4J noise instead of their own error. A task therefore
+wraps any exception in :class:`TaskFailure`, whose message embeds the original exception
+(pickled, base64); on the driver :func:`original_error` finds it in Spark's error text and
+rebuilds it: same type, same message (Beam already appends ``[while running '<transform>']``),
+with the worker's traceback attached as a note.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+import re
+import traceback
+from typing import Optional
+
+from pyspark import cloudpickle
+
+_BEGIN = "<<beam-spark-task-failure:"
+_END = ":beam-spark-task-failure>>"
+_PATTERN = re.compile(re.escape(_BEGIN) + r"([A-Za-z0-9+/=]+)" + re.escape(_END))
+
+
+class TaskFailure(Exception):
+    """An exception raised in a stage's task, packed so the driver can re-raise it."""
+
+    @classmethod
+    def wrap(cls, stage_name: str, error: BaseException) -> "TaskFailure":
+        try:
+            pickled: Optional[bytes] = cloudpickle.dumps(error)
+        except Exception:  # an exception we cannot pickle still reports type and message
+            pickled = None
+        payload = {
+            "type": f"{type(error).__module__}.{type(error).__qualname__}",
+            "message": str(error),
+            "stage": stage_name,
+            "traceback": "".join(
+                traceback.format_exception(type(error), error, error.__traceback__)),
+            "pickled": pickled,
+        }
+        packed = base64.b64encode(cloudpickle.dumps(payload)).decode("ascii")
+        return cls(f"{payload['type']}: {payload['message']}\n{_BEGIN}{packed}{_END}")
+
+
+class StageError(RuntimeError):
+    """A task failed with an exception that could not be rebuilt on the driver."""
+
+
+def original_error(spark_error: BaseException) -> Optional[BaseException]:
+    """The user's exception inside a Spark job failure, or None if there is none."""
+    match = _PATTERN.search(str(spark_error))
+    if match is None:
+        return None
+    payload = pickle.loads(base64.b64decode(match.group(1)))
+    error: Optional[BaseException] = None
+    if payload["pickled"] is not None:
+        try:
+            error = pickle.loads(payload["pickled"])
+        except Exception:
+            error = None
+    if error is None:
+        error = StageError(f"{payload['type']}: {payload['message']}")
+    note = (f"Raised in a Spark task running stage {payload['stage']}. "
+            f"Worker traceback:\n{payload['traceback']}")
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    return error

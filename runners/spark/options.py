@@ -1,0 +1,138 @@
+"""Pipeline options of the Spark runner, and the Spark settings they imply.
+
+The master comes from Beam's own ``--spark_master_url`` (defined by Beam's
+``SparkRunnerOptions``, so pipelines written for Beam's Spark runner keep working); the
+other settings are ours:
+
+``--spark_conf KEY=VALUE``   a Spark setting, repeatable (``--spark_conf spark.executor.memory=2g``)
+``--spark_parallelism N``    partitions of every shuffle (default: Spark's default parallelism)
+``--bundle_size N``          at most N elements per bundle (default: one bundle per partition)
+
+Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
+
+``--batch_interval_seconds S``     seconds between micro-batches on the wall clock (default 1)
+``--max_batches N``                stop after N micro-batches (default: until the sources end)
+``--streaming_timeout_seconds S``  stop after S seconds (default: no limit)
+
+>>> from apache_beam.options.pipeline_options import PipelineOptions
+>>> options = PipelineOptions(["--spark_conf", "spark.ui.enabled=false", "--bundle_size", "1000"])
+>>> spark_settings(options)["spark.ui.enabled"]
+'false'
+>>> options.view_as(SparkRunnerOptions).bundle_size
+1000
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Dict, Optional
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+#: Master used when ``--spark_master_url`` is left at Beam's default: every local core.
+DEFAULT_MASTER = "local[*]"
+
+#: Settings every session the runner creates gets, unless ``--spark_conf`` overrides them.
+BASE_SETTINGS = {
+    "spark.app.name": "beam-on-spark",
+    "spark.ui.showConsoleProgress": "false",
+    # Executors run the driver's interpreter, which has Beam and the project installed.
+    "spark.pyspark.python": sys.executable,
+    "spark.pyspark.driver.python": sys.executable,
+    # Python workers fork from a daemon that has Beam imported already (seconds per worker).
+    "spark.python.daemon.module": "runners.spark.daemon",
+}
+
+
+class SparkRunnerOptions(PipelineOptions):
+    """Options of ``runners.spark.SparkRunner`` (the master is Beam's ``--spark_master_url``)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            "--spark_conf",
+            action="append",
+            default=None,
+            metavar="KEY=VALUE",
+            help="A Spark setting for the session the runner creates; repeatable.",
+        )
+        parser.add_argument(
+            "--spark_parallelism",
+            type=int,
+            default=None,
+            help="Partitions of every shuffle (GroupByKey, Reshuffle, stateful input). "
+            "Default: the SparkContext's default parallelism.",
+        )
+        parser.add_argument(
+            "--bundle_size",
+            type=int,
+            default=None,
+            help="At most this many elements per bundle. Default: one bundle per partition "
+            "(bundles cost a few milliseconds each; larger is faster).",
+        )
+        parser.add_argument(
+            "--batch_interval_seconds",
+            type=float,
+            default=1.0,
+            help="Streaming: seconds between micro-batches when the clock is the wall clock "
+            "(a TestStream drives its own clock).",
+        )
+        parser.add_argument(
+            "--max_batches",
+            type=int,
+            default=None,
+            help="Streaming: stop after this many micro-batches. Default: run until every "
+            "source is done and the watermark is at the end of time.",
+        )
+        parser.add_argument(
+            "--streaming_timeout_seconds",
+            type=float,
+            default=None,
+            help="Streaming: stop after this many seconds. Default: no limit.",
+        )
+
+
+def validated(options: PipelineOptions) -> "SparkRunnerOptions":
+    """The runner's options view, after checking every value (ValueError names a bad one)."""
+    view = options.view_as(SparkRunnerOptions)
+    for flag in ("spark_parallelism", "bundle_size", "max_batches"):
+        value = getattr(view, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag}={value}: give a positive whole number, or leave it unset")
+    for flag in ("batch_interval_seconds", "streaming_timeout_seconds"):
+        value = getattr(view, flag)
+        if value is not None and value <= 0:
+            raise ValueError(f"--{flag}={value}: give a positive number of seconds")
+    parse_spark_conf(view.spark_conf)
+    return view
+
+
+def parse_spark_conf(entries: Optional[list]) -> Dict[str, str]:
+    """``["k=v", ...]`` as a dict; a malformed entry raises ValueError naming it."""
+    settings: Dict[str, str] = {}
+    for entry in entries or []:
+        key, separator, value = entry.partition("=")
+        if not separator or not key.strip():
+            raise ValueError(
+                f"--spark_conf {entry!r}: give KEY=VALUE, "
+                "e.g. --spark_conf spark.executor.memory=2g"
+            )
+        settings[key.strip()] = value
+    return settings
+
+
+def master_url(options: PipelineOptions) -> str:
+    """The master the user asked for, or :data:`DEFAULT_MASTER` when left at Beam's default."""
+    explicit = options.get_all_options(drop_default=True).get("spark_master_url")
+    return explicit or DEFAULT_MASTER
+
+
+def spark_settings(options: PipelineOptions) -> Dict[str, str]:
+    """Every Spark setting for a session created for ``options`` (master included)."""
+    settings = dict(BASE_SETTINGS)
+    settings["spark.master"] = master_url(options)
+    settings.update(parse_spark_conf(options.view_as(SparkRunnerOptions).spark_conf))
+    return settings
+
+
+__all__ = ["SparkRunnerOptions", "master_url", "spark_settings", "validated"]

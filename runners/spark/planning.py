@@ -1,0 +1,396 @@
+"""From a Beam pipeline to an execution plan of fused stages (driver side).
+
+Planning turns the pipeline into its portable proto, refuses what the runner cannot run
+(before any Spark job starts), fuses transforms into stages with Beam's own FnApiRunner
+phases, and describes each stage with picklable plain data: the serialized
+``ProcessBundleDescriptor`` the SDK harness executes, and the buffers the stage reads and
+writes. Buffers connect stages: ``materialize:<id>`` (elements as produced), ``group:<id>``
+(a GroupByKey's input, grouped by the runner) and the impulse buffer.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Dict, List, Tuple
+
+from apache_beam.options.pipeline_options import StandardOptions, TypeOptions
+
+from runners.spark.beam_internals import (
+    DATA_INPUT_URN,
+    DATA_OUTPUT_URN,
+    FUSION_PHASES,
+    IMPULSE_BUFFER,
+    PAR_DO_URNS,
+    RUNNER_URNS,
+    beam_fn_api_pb2,
+    beam_runner_api_pb2,
+    common_urns,
+    create_and_optimize_stages,
+    create_buffer_id,
+    environments,
+    group_by_key_input_visitor,
+    merge_common_environments,
+    merge_superset_dep_environments,
+    proto_utils,
+    python_urns,
+    split_buffer_id,
+    validate_pipeline_graph,
+)
+
+SDK_STAGE = "sdk"
+RESHUFFLE_STAGE = "reshuffle"
+#: A TestStream (streaming only): ``descriptor`` holds its serialized TestStreamPayload,
+#: ``outputs`` pairs each output tag with its buffer, ``output_coders`` their data coders.
+TEST_STREAM_STAGE = "test_stream"
+
+
+class UnsupportedPipelineError(NotImplementedError):
+    """The pipeline uses something the Spark runner cannot run; the message says what and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """A stage input: the DATA_INPUT transform, the buffer it reads, its (safe) element coder."""
+
+    transform_id: str
+    buffer_id: bytes
+    coder_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SideInputSpec:
+    """A side input of a ParDo in the stage, read from a materialized buffer."""
+
+    transform_id: str
+    tag: str
+    buffer_id: bytes
+    access_pattern: bytes  # serialized FunctionSpec
+    coder_id: str  # safe windowed coder of the side input's elements
+
+
+@dataclasses.dataclass(frozen=True)
+class TimerFamilySpec:
+    transform_id: str
+    family_id: str
+    processing_time: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class StageSpec:
+    """One fused stage, as plain data a Spark task can receive."""
+
+    index: int
+    name: str
+    kind: str
+    inputs: Tuple[InputSpec, ...]
+    outputs: Tuple[Tuple[str, bytes], ...]  # (DATA_OUTPUT transform id, buffer id)
+    descriptor: bytes = b""
+    timer_families: Tuple[TimerFamilySpec, ...] = ()
+    side_inputs: Tuple[SideInputSpec, ...] = ()
+    keyed: bool = False  # stateful: inputs are partitioned by key before the stage runs
+    output_coder_id: str = ""  # runner stages: the coder of what they write
+    output_coders: Tuple[str, ...] = ()  # TestStream stages: data coder of each output
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSpec:
+    """A GroupByKey the runner performs between a ``group:`` write and its read."""
+
+    transform_name: str
+    input_coder_id: str
+    output_coder_id: str
+    windowing_strategy_id: str
+
+
+@dataclasses.dataclass
+class ExecutionPlan:
+    stages: List[StageSpec]
+    groups: Dict[bytes, GroupSpec]
+    components: beam_runner_api_pb2.Components
+    #: buffer id -> how many stage inputs and side inputs read it
+    readers: Dict[bytes, int]
+
+
+def pipeline_proto(pipeline, options) -> beam_runner_api_pb2.Pipeline:
+    """The pipeline as a portable proto, prepared as Beam's portable runners do."""
+    pipeline.visit(
+        group_by_key_input_visitor(
+            not options.view_as(TypeOptions).allow_non_deterministic_key_coders
+        )
+    )
+    proto = pipeline.to_runner_api(
+        default_environment=environments.EmbeddedPythonEnvironment.default()
+    )
+    validate_pipeline_graph(proto)
+    proto = merge_superset_dep_environments(proto)
+    for environment_id, environment in proto.components.environments.items():
+        proto.components.environments[environment_id].CopyFrom(
+            environments.resolve_anyof_environment(environment, python_urns.EMBEDDED_PYTHON)
+        )
+    return merge_common_environments(proto)
+
+
+#: Leaf transforms without an SDK environment that the runner knows how to execute.
+_RUNNER_EXECUTED = RUNNER_URNS | {
+    common_urns.primitives.IMPULSE.urn,
+    common_urns.deprecated_primitives.READ.urn,
+}
+_SUPPORTED_REQUIREMENTS = frozenset([
+    common_urns.requirements.REQUIRES_STATEFUL_PROCESSING.urn,
+    common_urns.requirements.REQUIRES_BUNDLE_FINALIZATION.urn,
+    common_urns.requirements.REQUIRES_SPLITTABLE_DOFN.urn,
+])
+_STREAMING_LATER = (
+    "unbounded PCollections need --streaming (the Spark runner's micro-batch loop); "
+    "batch execution of unbounded sources is not supported yet"
+)
+
+
+
+
+def check_supported(proto: beam_runner_api_pb2.Pipeline, options) -> None:
+    """Raise UnsupportedPipelineError naming the first transform the runner cannot run."""
+    streaming = bool(options.view_as(StandardOptions).streaming)
+    if streaming:
+        from runners.spark.streaming.support import check_streaming_supported
+
+        check_streaming_supported(proto)
+        return
+    for requirement in proto.requirements:
+        if requirement not in _SUPPORTED_REQUIREMENTS:
+            raise UnsupportedPipelineError(
+                f"the pipeline requires {requirement}, which the Spark runner does not provide"
+            )
+    components = proto.components
+    leaves = list(_leaf_transforms(proto))
+    for transform in leaves:
+        if transform.spec.urn == common_urns.primitives.TEST_STREAM.urn:
+            raise UnsupportedPipelineError(
+                f"transform {transform.unique_name!r} is a TestStream: the Spark runner runs "
+                "TestStream in streaming only (batch execution of TestStream is not supported "
+                "yet); pass --streaming.")
+    for transform in leaves:
+        name = transform.unique_name
+        urn = transform.spec.urn
+        if transform.environment_id:
+            environment = components.environments[transform.environment_id]
+            if environment.urn != python_urns.EMBEDDED_PYTHON:
+                raise UnsupportedPipelineError(
+                    f"transform {name!r} ({urn}) runs in a {environment.urn} environment, e.g. a "
+                    "cross-language transform of another SDK; the Spark runner executes only "
+                    "Python transforms, in its own Python workers. Use a Python implementation."
+                )
+        elif urn not in _RUNNER_EXECUTED:
+            raise UnsupportedPipelineError(
+                f"transform {name!r} has URN {urn}, which the Spark runner does not implement."
+            )
+        for pcollection_id in transform.outputs.values():
+            pcollection = components.pcollections[pcollection_id]
+            if pcollection.is_bounded == beam_runner_api_pb2.IsBounded.UNBOUNDED:
+                raise UnsupportedPipelineError(
+                    f"transform {name!r} produces an unbounded PCollection: {_STREAMING_LATER}."
+                )
+        if urn in PAR_DO_URNS:
+            payload = _par_do_payload(transform)
+            for family_id, family in payload.timer_family_specs.items():
+                if family.time_domain not in (
+                    beam_runner_api_pb2.TimeDomain.EVENT_TIME,
+                    beam_runner_api_pb2.TimeDomain.PROCESSING_TIME,
+                ):
+                    raise UnsupportedPipelineError(
+                        f"transform {name!r}: timer {family_id!r} uses time domain "
+                        f"{family.time_domain}; only event and processing time are supported."
+                    )
+
+
+def _par_do_payload(transform) -> beam_runner_api_pb2.ParDoPayload:
+    return proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+
+
+def _leaf_transforms(proto):
+    """Primitive transforms, and composites the runner executes itself (Reshuffle)."""
+    components = proto.components
+    pending = list(reversed(proto.root_transform_ids))
+    while pending:
+        transform = components.transforms[pending.pop()]
+        if transform.spec.urn in RUNNER_URNS or not transform.subtransforms:
+            # Pass-through transforms (outputs among inputs) are dropped by fusion too.
+            if set(transform.outputs.values()) - set(transform.inputs.values()):
+                yield transform
+        else:
+            pending.extend(reversed(transform.subtransforms))
+
+
+def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False) -> ExecutionPlan:
+    """Fuse the pipeline into stages and describe each for execution on Spark.
+
+    In streaming, TestStream is executed by the runner (the micro-batch loop), not fused.
+    """
+    runner_urns = RUNNER_URNS | (
+        {common_urns.primitives.TEST_STREAM.urn} if streaming else set())
+    context, stages = create_and_optimize_stages(
+        copy.deepcopy(proto),
+        phases=list(FUSION_PHASES),
+        known_runner_urns=frozenset(runner_urns),
+        use_state_iterables=False,
+        is_drain=False,
+    )
+    if streaming:
+        # Pane timestamps (a window's end, x.999999) must survive the data plane exactly.
+        from runners.spark.streaming.coders import use_microsecond_timestamps
+
+        use_microsecond_timestamps(context.components, common_urns.coders.WINDOWED_VALUE.urn,
+                                   common_urns.coders.TIMER.urn)
+    builder = _PlanBuilder(context)
+    specs = [builder.stage_spec(index, stage) for index, stage in enumerate(stages)]
+    readers: Dict[bytes, int] = {}
+    for spec in specs:
+        for buffer_id in ([i.buffer_id for i in spec.inputs]
+                          + [s.buffer_id for s in spec.side_inputs]):
+            readers[buffer_id] = readers.get(buffer_id, 0) + 1
+    return ExecutionPlan(specs, builder.groups, context.components, readers)
+
+
+class _PlanBuilder:
+    def __init__(self, context) -> None:
+        self.context = context
+        self.components = context.components
+        self.groups: Dict[bytes, GroupSpec] = {}
+        self._written: Dict[str, bytes] = {}  # DATA_OUTPUT transform -> buffer id
+
+    def data_coder(self, pcollection_id: str) -> str:
+        """The coder the SDK harness uses on the data plane for this PCollection."""
+        return self.context.data_channel_coders[pcollection_id]
+
+    def safe_coder(self, pcollection_id: str) -> str:
+        coder_id = self.data_coder(pcollection_id)
+        return self.context.safe_coders.get(coder_id, coder_id)
+
+    def grouping_coder(self, pcollection_id: str) -> str:
+        """The coder the runner groups with: the safe one (opaque values, no unpickling),
+        unless it made windows opaque too; then the SDK's own coder (we are Python)."""
+        safe_id = self.safe_coder(pcollection_id)
+        window_coder_id = self.components.coders[safe_id].component_coder_ids[1]
+        window_coder = self.components.coders[window_coder_id]
+        if window_coder.spec.urn == python_urns.TIMESTAMP_PREFIXED_OPAQUE_WINDOW_CODER:
+            return self.data_coder(pcollection_id)
+        return safe_id
+
+    def stage_spec(self, index: int, stage) -> StageSpec:
+        inputs, outputs = [], []
+        transforms = []
+        for transform in stage.transforms:
+            transform = copy.deepcopy(transform)
+            if transform.spec.urn == DATA_INPUT_URN:
+                buffer_id = transform.spec.payload
+                pcollection_id = next(iter(transform.outputs.values()))
+                inputs.append(InputSpec(
+                    transform.unique_name, buffer_id, self.safe_coder(pcollection_id)))
+                if buffer_id != IMPULSE_BUFFER:
+                    self._note_group(buffer_id)
+                transform.spec.payload = self._port(pcollection_id)
+            elif transform.spec.urn == DATA_OUTPUT_URN:
+                buffer_id = transform.spec.payload
+                pcollection_id = next(iter(transform.inputs.values()))
+                outputs.append((transform.unique_name, buffer_id))
+                self._written[transform.unique_name] = buffer_id
+                self._note_group(buffer_id)
+                transform.spec.payload = self._port(pcollection_id)
+            transforms.append(transform)
+        name = stage.name
+        test_streams = [t for t in transforms
+                        if t.spec.urn == common_urns.primitives.TEST_STREAM.urn]
+        if test_streams:
+            return self._test_stream_spec(index, name, test_streams[0], transforms)
+        # Flattens run in the SDK harness (fused); a Reshuffle is the only runner stage.
+        if any(t.spec.urn == common_urns.composites.RESHUFFLE.urn for t in transforms):
+            output_coder = ""
+            for transform in transforms:
+                if transform.spec.urn == DATA_OUTPUT_URN:
+                    output_coder = self.safe_coder(next(iter(transform.inputs.values())))
+            return StageSpec(index, name, RESHUFFLE_STAGE, tuple(inputs), tuple(outputs),
+                             output_coder_id=output_coder)
+        descriptor = beam_fn_api_pb2.ProcessBundleDescriptor(
+            id=f"stage-{index}",
+            transforms={t.unique_name: t for t in transforms},
+            pcollections=dict(self.components.pcollections.items()),
+            coders=dict(self.components.coders.items()),
+            windowing_strategies=dict(self.components.windowing_strategies.items()),
+            environments=dict(self.components.environments.items()),
+            # Any URL: the in-memory data channel serves timers; without one, no timers flow.
+            timer_api_service_descriptor={"url": "in-memory"},
+        )
+        return StageSpec(
+            index,
+            name,
+            SDK_STAGE,
+            tuple(inputs),
+            tuple(outputs),
+            descriptor=descriptor.SerializeToString(),
+            timer_families=self._timer_families(transforms),
+            side_inputs=self._side_inputs(transforms),
+            keyed=stage.is_stateful(),
+        )
+
+    def _test_stream_spec(self, index: int, name: str, test_stream, transforms) -> StageSpec:
+        """A TestStream stage: each output tag, the buffer it writes and its data coder."""
+        buffers = {}
+        for transform in transforms:
+            if transform.spec.urn == DATA_OUTPUT_URN:
+                # Payloads were rewritten to ports already: read the buffer off the name map.
+                buffers[next(iter(transform.inputs.values()))] = self._written[transform.unique_name]
+        outputs, coders = [], []
+        for tag, pcollection_id in sorted(test_stream.outputs.items()):
+            if pcollection_id in buffers:
+                outputs.append((tag, buffers[pcollection_id]))
+                coders.append(self.data_coder(pcollection_id))
+        return StageSpec(index, name, TEST_STREAM_STAGE, (), tuple(outputs),
+                         descriptor=test_stream.spec.payload, output_coders=tuple(coders))
+
+    def _port(self, pcollection_id: str) -> bytes:
+        port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=self.data_coder(pcollection_id))
+        return port.SerializeToString()
+
+    def _note_group(self, buffer_id: bytes) -> None:
+        kind, name = split_buffer_id(buffer_id)
+        if kind != "group" or buffer_id in self.groups:
+            return
+        transform = self.components.transforms[name]
+        input_id = next(iter(transform.inputs.values()))
+        output_id = next(iter(transform.outputs.values()))
+        self.groups[buffer_id] = GroupSpec(
+            transform_name=transform.unique_name,
+            input_coder_id=self.grouping_coder(input_id),
+            output_coder_id=self.grouping_coder(output_id),
+            windowing_strategy_id=self.components.pcollections[input_id].windowing_strategy_id,
+        )
+
+    def _timer_families(self, transforms) -> Tuple[TimerFamilySpec, ...]:
+        families = []
+        for transform in transforms:
+            if transform.spec.urn in PAR_DO_URNS:
+                payload = _par_do_payload(transform)
+                for family_id, family in sorted(payload.timer_family_specs.items()):
+                    families.append(TimerFamilySpec(
+                        transform.unique_name,
+                        family_id,
+                        family.time_domain == beam_runner_api_pb2.TimeDomain.PROCESSING_TIME,
+                    ))
+        return tuple(families)
+
+    def _side_inputs(self, transforms) -> Tuple[SideInputSpec, ...]:
+        side_inputs = []
+        for transform in transforms:
+            if transform.spec.urn in PAR_DO_URNS:
+                payload = _par_do_payload(transform)
+                for tag, side_input in sorted(payload.side_inputs.items()):
+                    pcollection_id = transform.inputs[tag]
+                    side_inputs.append(SideInputSpec(
+                        transform.unique_name,
+                        tag,
+                        create_buffer_id(pcollection_id),
+                        side_input.access_pattern.SerializeToString(),
+                        self.safe_coder(pcollection_id),
+                    ))
+        return tuple(side_inputs)
