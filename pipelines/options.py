@@ -36,10 +36,16 @@ from typing import List, Optional, Sequence, Tuple
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+# Imported for its side effect: Beam only parses options of PipelineOptions subclasses that
+# are loaded, and the SparkRunner's (--spark_conf, --bundle_size, ...) must be accepted on
+# every job's command line.
+import runners.spark.options  # noqa: F401
 from runners.resolution import resolve_runner
 
 SOURCES = ("generator", "file", "replay")
 FORMATS = ("json", "csv")
+#: File types --plot can write.
+PLOT_FORMATS = (".png", ".svg", ".pdf")
 
 _EPILOG = """\
 Outputs: without --output, panes are printed one per line as they fire and dead letters are
@@ -160,6 +166,16 @@ def job_parser(
     run.add_argument("--runner", default="DirectRunner",
                      help="DirectRunner (default) or SparkRunner (the project's runner on "
                      "PySpark), or any Beam runner name")
+    pictures = parser.add_argument_group("pictures")
+    pictures.add_argument("--plot", metavar="FILE.png",
+                          help="after a replayed run, draw the pane diagram (processing time x "
+                          "event time: inputs, watermark, windows, early/on-time/late panes) to "
+                          "FILE (.png, .svg or .pdf) and throughput and watermark lag to "
+                          "FILE-throughput")
+    pictures.add_argument("--graph", metavar="FILE",
+                          help="write the pipeline graph as Graphviz DOT (fused stages on the "
+                          "SparkRunner; Beam's transforms otherwise); FILE.svg / FILE.png also "
+                          "renders it when Graphviz's `dot` is installed")
     return parser
 
 
@@ -210,6 +226,14 @@ def parse_job_options(
         _check_input(parser, args.input)
     elif args.input:
         parser.error("--input is read by --source file or replay, not by --source generator")
+    if args.plot is not None:
+        if args.source == "file":
+            parser.error("--plot draws a replayed stream (--source generator or replay); a "
+                         "batch read of files has no processing time to draw")
+        if not args.plot.lower().endswith(PLOT_FORMATS):
+            parser.error(f"--plot={args.plot}: name a {', '.join(PLOT_FORMATS)} file")
+    if args.graph is not None and not args.graph:
+        parser.error("--graph needs a file name, e.g. --graph out/graph.dot")
     if args.source == "replay" and args.format != "json":
         parser.error("--source replay reads JSON lines; use --format json or --source file")
     if args.csv_columns is not None:

@@ -194,18 +194,22 @@ class WritePanes(beam.PTransform):
 
     ``value_name`` labels the value on the console (``sum=42``, ``views=7``, ``mean=21.50``).
     ``describe=False`` takes records that are already described (dicts of the same shape,
-    such as count windows).
+    such as count windows). ``copy_to`` also writes the described panes to that JSON-lines
+    file (for ``--plot``, which reads them after the run).
     """
 
     def __init__(self, output: Optional[str], value_name: str = "value", describe: bool = True,
-                 label: Optional[str] = None) -> None:
+                 label: Optional[str] = None, copy_to: Optional[str] = None) -> None:
         super().__init__(label)
         self._output = output
         self._value_name = value_name
         self._describe = describe
+        self._copy_to = copy_to
 
     def expand(self, pcoll):
         described = pcoll | "DescribePanes" >> DescribePanes() if self._describe else pcoll
+        if self._copy_to:
+            _ = described | "CopyForPlot" >> WriteJsonLines(self._copy_to, "plotted_panes")
         if self._output:
             return described | "WriteFile" >> WriteJsonLines(output_path(self._output), "panes")
         value_name = self._value_name

@@ -43,6 +43,7 @@ from apache_beam.runners.runner import PipelineResult
 from pipelines.events import PageView
 from pipelines.options import job_parser, parse_job_options, positive_int, positive_seconds
 from pipelines.output import WriteDeadLetters, WritePanes, WriteRecords, run_to_completion
+from pipelines.plots import job_plot, report_pictures
 from pipelines.sources import ReadEvents
 from pipelines.team_scores import late_and_early_when
 from transforms.aggregations import CountCombineFn
@@ -135,11 +136,18 @@ def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
         results = events.parsed | "PageViews" >> page_views
     except (ValueError, TypeError) as error:
         parser.error(str(error))
-    _ = results["views"] | "WriteViews" >> WritePanes(args.output, value_name="views")
+    slow_ms = args.slow_ms
+    plot = job_plot(args, kind="page_views", event_type=PageView,
+                    pairs=lambda view: [] if failure_reason(view, slow_ms) else [(view.page, 1)],
+                    window_fn=sliding_windows(args.window_seconds, args.period_seconds),
+                    combine_fn=CountCombineFn(), title="page_views", value_label="views")
+    _ = results["views"] | "WriteViews" >> WritePanes(args.output, value_name="views",
+                                                      copy_to=plot and plot.panes_path)
     _ = results["alerts"] | "WriteAlerts" >> WriteRecords(args.output, "alerts")
     _ = events.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(args.output)
     _ = page_views.dropped | "WriteDropped" >> WriteRecords(args.output, "dropped")
-    return run_to_completion(pipeline, "page_views", note=events_reader.description)
+    return report_pictures("page_views", args, pipeline, plot, lambda: run_to_completion(
+        pipeline, "page_views", note=events_reader.description))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from apache_beam.runners.runner import PipelineResult
 from pipelines.events import SensorReading
 from pipelines.options import job_parser, parse_job_options, positive_int, positive_seconds
 from pipelines.output import WriteDeadLetters, WritePanes, WriteRecords, run_to_completion
+from pipelines.plots import job_plot, report_pictures
 from pipelines.sources import ReadEvents
 from pipelines.team_scores import late_and_early_when
 from transforms.aggregations import MeanCombineFn
@@ -135,6 +136,8 @@ def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
                         help="count policy: new readings between windows (default: "
                         "--count_size, i.e. tumbling)")
     args, beam_options = parse_job_options(parser, argv)
+    if args.plot and args.window_policy == "count":
+        parser.error("--plot draws event-time windows and panes; use --window_policy sliding")
     pipeline = beam.Pipeline(runner=args.runner, options=beam_options)
     try:
         events_reader = ReadEvents(
@@ -148,12 +151,18 @@ def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
         averages = events.parsed | "SensorAverage" >> sensor_average
     except (ValueError, TypeError) as error:
         parser.error(str(error))
+    plot = job_plot(args, kind="sensors", event_type=SensorReading,
+                    pairs=lambda reading: [(reading.sensor, reading.value)],
+                    window_fn=sliding_windows(args.window_seconds, args.period_seconds),
+                    combine_fn=MeanCombineFn(), title="sensor_average", value_label="mean")
     _ = averages | "WriteAverages" >> WritePanes(
-        args.output, value_name="mean", describe=args.window_policy == "sliding")
+        args.output, value_name="mean", describe=args.window_policy == "sliding",
+        copy_to=plot and plot.panes_path)
     _ = events.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(args.output)
     if sensor_average.dropped is not None:
         _ = sensor_average.dropped | "WriteDropped" >> WriteRecords(args.output, "dropped")
-    return run_to_completion(pipeline, "sensor_average", note=events_reader.description)
+    return report_pictures("sensor_average", args, pipeline, plot, lambda: run_to_completion(
+        pipeline, "sensor_average", note=events_reader.description))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from apache_beam.runners.runner import PipelineResult
 from pipelines.events import GameEvent
 from pipelines.options import job_parser, parse_job_options
 from pipelines.output import WriteDeadLetters, WritePanes, WriteRecords, run_to_completion
+from pipelines.plots import job_plot, report_pictures
 from pipelines.sources import ReadEvents
 from transforms.aggregations import SumFn
 from transforms.windows import fixed_windows
@@ -122,10 +123,16 @@ def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
         scores = events.parsed | "TeamScores" >> team_scores
     except (ValueError, TypeError) as error:
         parser.error(str(error))
-    _ = scores | "WritePanes" >> WritePanes(args.output, value_name="sum")
+    plot = job_plot(args, kind="game", event_type=GameEvent,
+                    pairs=lambda event: [(event.team, event.score)],
+                    window_fn=fixed_windows(args.window_seconds), combine_fn=SumFn(),
+                    title="team_scores", value_label="sum")
+    _ = scores | "WritePanes" >> WritePanes(args.output, value_name="sum",
+                                            copy_to=plot and plot.panes_path)
     _ = events.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(args.output)
     _ = team_scores.dropped | "WriteDropped" >> WriteRecords(args.output, "dropped")
-    return run_to_completion(pipeline, "team_scores", note=events_reader.description)
+    return report_pictures("team_scores", args, pipeline, plot, lambda: run_to_completion(
+        pipeline, "team_scores", note=events_reader.description))
 
 
 if __name__ == "__main__":

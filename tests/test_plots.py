@@ -1,0 +1,221 @@
+"""Pictures of a replay: the marks behind the pane diagram, and figures that are real images.
+
+The marks are tested exactly on a small replay (hand-written panes, then the panes a real
+pipeline fires on the test's runner); the PNGs are read back and checked for size and
+content. Nothing is timed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy
+import pytest
+from matplotlib import image as matplotlib_image
+
+from pipelines import team_scores
+from pipelines.events import GameEvent
+from pipelines.generator import GeneratedRecord
+from pipelines.output import WriteJsonLines
+from pipelines.pane_diagram import (
+    BatchRecord,
+    InputPoint,
+    PaneMark,
+    pane_diagram,
+    replay_batches,
+    typed_elements,
+    watermark_lag,
+)
+from pipelines.plots import TIMING_STYLE, companion_path, draw_pane_diagram, draw_throughput
+from pipelines.replay import Replay, plan_replay
+from pipelines.team_scores import TeamScores
+from transforms.aggregations import SumFn
+from transforms.parsing import ParseJson
+from transforms.windows import fixed_windows
+from triggers.panes import DescribePanes, pane_record
+
+ELEMENTS = typed_elements(GameEvent, lambda event: [(event.team, event.score)])
+
+
+def _game(event_time, arrival, team, score):
+    fields = {"user": f"{team}_player", "team": team, "score": score, "timestamp": event_time}
+    return GeneratedRecord(float(event_time), 1000.0 + arrival, fields)
+
+
+#: Ticks 0, 5, 10, 15, 20 (+ the final tick 21); watermark 10 s behind the newest event.
+RECORDS = [
+    _game(10, 0, "red", 1),
+    _game(20, 5, "red", 2),
+    _game(70, 10, "blue", 4),   # the watermark reaches 60: [0, 60) is on time at tick 10
+    _game(30, 15, "red", 8),    # behind the watermark: late for [0, 60)
+    _game(100, 20, "blue", 16),
+    GeneratedRecord(40.0, 1020.5, {"team": "red", "timestamp": 40.0}),  # malformed: no score
+]
+STEPS = plan_replay(RECORDS, tick_seconds=1, watermark_lag_seconds=10)
+
+
+def _diagram(panes, late_firings_per_element=False):
+    return pane_diagram(STEPS, panes, elements=ELEMENTS, window_fn=fixed_windows(60),
+                        combine_fn=SumFn(), tick_seconds=1,
+                        late_firings_per_element=late_firings_per_element)
+
+
+def _pane(key, value, window, timing, index):
+    return pane_record(key, value, window=window, timestamp=window[1] - 0.001, timing=timing,
+                       index=index, is_first=index == 0, is_last=False)
+
+
+HAND_PANES = [
+    _pane("red", 1, (0, 60), "EARLY", 0),
+    _pane("red", 3, (0, 60), "ON_TIME", 1),
+    _pane("red", 11, (0, 60), "LATE", 2),
+    _pane("blue", 20, (60, 120), "ON_TIME", 0),
+    _pane("blue", 99, (60, 120), "EARLY", 0),  # no tick ever holds 99: not placed
+]
+
+
+def test_inputs_and_watermark_come_from_the_replay_plan():
+    diagram = _diagram(HAND_PANES)
+    assert diagram.inputs == [
+        InputPoint(0.0, 10.0, False), InputPoint(5.0, 20.0, False),
+        InputPoint(10.0, 70.0, False), InputPoint(15.0, 30.0, True),
+        InputPoint(20.0, 100.0, False), InputPoint(20.0, 40.0, True)]
+    # The final tick (21) carries the watermark past the newest event time, then to infinity.
+    assert diagram.watermark == [(0.0, 0.0), (5.0, 10.0), (10.0, 60.0), (15.0, 60.0),
+                                 (20.0, 90.0), (21.0, 101.0)]
+    assert diagram.windows == [(0.0, 60.0), (60.0, 120.0)]
+    assert diagram.keys == ["blue", "red"]
+    assert diagram.end_time == 21.0
+
+
+def test_pane_marks_place_each_pane_at_its_fire_time_or_span():
+    diagram = _diagram(HAND_PANES)
+    assert diagram.panes == [
+        PaneMark("red", 1, (0.0, 60.0), "EARLY", 0, 0.0, 5.0, False),
+        PaneMark("red", 3, (0.0, 60.0), "ON_TIME", 1, 10.0, 10.0, True),
+        PaneMark("red", 11, (0.0, 60.0), "LATE", 2, 15.0, 21.0, False),
+        PaneMark("blue", 20, (60.0, 120.0), "ON_TIME", 0, 21.0, 21.0, True),
+        PaneMark("blue", 99, (60.0, 120.0), "EARLY", 0, None, None, False),
+    ]
+
+
+def test_a_late_pane_per_late_element_fires_on_its_arrival():
+    late = [mark for mark in _diagram(HAND_PANES, late_firings_per_element=True).panes
+            if mark.timing == "LATE"]
+    assert late == [PaneMark("red", 11, (0.0, 60.0), "LATE", 2, 15.0, 15.0, True)]
+
+
+def test_an_early_pane_cannot_be_placed_after_its_window_closed():
+    # 11 is red's total only after the late element (tick 15), when [0, 60) had closed.
+    mark = _diagram([_pane("red", 11, (0, 60), "EARLY", 0)]).panes[0]
+    assert (mark.fire_time, mark.fire_time_latest) == (None, None)
+
+
+def test_batches_and_watermark_lag_from_the_replay_plan():
+    batches = replay_batches(STEPS)
+    assert batches == [BatchRecord(0.0, 1, 0.0, 10.0), BatchRecord(5.0, 1, 10.0, 20.0),
+                       BatchRecord(10.0, 1, 60.0, 70.0), BatchRecord(15.0, 1, 60.0, 70.0),
+                       BatchRecord(20.0, 2, 90.0, 100.0)]
+    assert watermark_lag(batches) == [(0.0, 10.0), (5.0, 10.0), (10.0, 10.0), (15.0, 10.0),
+                                      (20.0, 10.0)]
+
+
+def _panes_of_a_real_run(make_pipeline, tmp_path, early_seconds):
+    path = str(tmp_path / "panes.jsonl")
+    with make_pipeline(streaming=True) as p:
+        _ = (p
+             | Replay(RECORDS, tick_seconds=1, watermark_lag_seconds=10)
+             | ParseJson(GameEvent)).parsed \
+            | TeamScores(window_seconds=60, early_seconds=early_seconds, allowed_lateness=120) \
+            | DescribePanes() | WriteJsonLines(path)
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def test_every_pane_of_a_real_run_is_placed(make_pipeline, tmp_path):
+    panes = _panes_of_a_real_run(make_pipeline, tmp_path, early_seconds=3)
+    diagram = _diagram(panes, late_firings_per_element=True)
+    assert len(diagram.panes) == len(panes) and panes
+    assert all(mark.fire_time is not None for mark in diagram.panes), diagram.panes
+    exact = sorted((mark.key, mark.timing, mark.value, mark.fire_time)
+                   for mark in diagram.panes if mark.timing != "EARLY")
+    assert exact == [("blue", "ON_TIME", 20, 21.0), ("red", "LATE", 11, 15.0),
+                     ("red", "ON_TIME", 3, 10.0)]
+    # Early panes every 3 s: each within the span from its content's arrival to the next
+    # change of the total (red's at 5 and 10, blue's at 15 in the model).
+    early = sorted((mark.key, mark.value, mark.fire_time, mark.fire_time_latest)
+                   for mark in diagram.panes if mark.timing == "EARLY")
+    assert early == [("blue", 4, 10.0, 20.0), ("red", 1, 0.0, 5.0), ("red", 3, 5.0, 10.0)]
+
+
+def _read_png(path):
+    pixels = matplotlib_image.imread(str(path))
+    assert pixels.ndim == 3 and pixels.shape[2] in (3, 4)
+    return pixels[:, :, :3]
+
+
+def _has_colour(pixels, hex_colour, tolerance=0.02):
+    rgb = numpy.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    return bool((numpy.abs(pixels - rgb).max(axis=2) < tolerance).any())
+
+
+def test_the_pane_diagram_is_a_real_picture(tmp_path):
+    path = tmp_path / "panes.png"
+    assert draw_pane_diagram(_diagram(HAND_PANES), str(path), title="test") == str(path)
+    assert path.stat().st_size > 0
+    pixels = _read_png(path)
+    assert pixels.shape[:2] == (800, 1200)  # 12 x 8 inches at 100 dpi
+    assert (pixels < 0.95).any(axis=2).mean() > 0.01  # not blank
+    assert len(numpy.unique(pixels.reshape(-1, 3), axis=0)) > 10
+    for timing in ("ON_TIME", "LATE", "EARLY"):
+        assert _has_colour(pixels, TIMING_STYLE[timing][1]), timing
+
+
+def test_the_throughput_figure_is_a_real_picture(tmp_path):
+    path = tmp_path / "run-throughput.png"
+    draw_throughput(replay_batches(STEPS), str(path))
+    pixels = _read_png(path)
+    assert pixels.shape[:2] == (600, 1000)
+    assert _has_colour(pixels, "#0072b2") and _has_colour(pixels, "#009e73")
+
+
+def test_companion_path_names_the_second_figure():
+    assert companion_path("out/run.png", "throughput") == "out/run-throughput.png"
+    assert companion_path("run", "throughput") == "run-throughput"
+
+
+def test_team_scores_plot_option_writes_both_figures(tmp_path, capsys):
+    plot = tmp_path / "pictures" / "scores.png"
+    team_scores.run(["--events", "40", "--seed", "3", "--plot", str(plot),
+                     "--output", str(tmp_path / "scores")])
+    assert f"pictures: {plot}, {tmp_path / 'pictures' / 'scores-throughput.png'}" in \
+        capsys.readouterr().err
+    for path in (plot, tmp_path / "pictures" / "scores-throughput.png"):
+        assert _read_png(path).shape[0] > 100
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--plot", "x.png", "--source", "file"], "--plot draws a replayed stream"),
+    (["--plot", "x.gif"], "name a .png, .svg, .pdf file"),
+])
+def test_bad_plot_options_are_usage_errors(tmp_path, capsys, arguments, message):
+    data = tmp_path / "game.jsonl"
+    data.write_text("{}\n")
+    if "file" in arguments:
+        arguments = arguments + ["--input", str(data)]
+    with pytest.raises(SystemExit) as exit_info:
+        team_scores.run(arguments)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_float_values_match_within_rounding():
+    from transforms.aggregations import MeanCombineFn
+
+    records = [GeneratedRecord(1.0, 0.0, {"s": 0.1}), GeneratedRecord(2.0, 0.0, {"s": 0.2})]
+    diagram = pane_diagram(
+        plan_replay(records), [_pane("k", 0.15, (0, 60), "ON_TIME", 0)],
+        elements=lambda record: [("k", record.fields["s"])], window_fn=fixed_windows(60),
+        combine_fn=MeanCombineFn(), tick_seconds=1)
+    assert (0.1 + 0.2) / 2 != 0.15  # the pane value and the recomputed mean differ in the last bit
+    assert diagram.panes[0].fire_time == 1.0
