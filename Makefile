@@ -11,8 +11,12 @@ RUN_ARGS ?=
 BENCH_ARGS ?=
 # Where `make spark-cluster` keeps the standalone cluster's URL and PIDs.
 CLUSTER_DIR ?= .spark-cluster
+# The embedded Kafka-protocol broker (noida or tansu) for tests and `make kafka`.
+KAFKA_BROKER ?= noida
+KAFKA_DIR ?= .kafka-broker
 
-.PHONY: install check-java test run bench bench-full spark-cluster spark-cluster-stop spark-cluster-status clean
+.PHONY: install check-java test test-kafka run bench bench-full spark-cluster spark-cluster-stop \
+        spark-cluster-status kafka kafka-stop kafka-status job-server graphviz clean
 
 install: check-java $(STAMP)
 
@@ -35,8 +39,15 @@ check-java:
 	  exit 1; \
 	fi
 
+# Every test on the $(KAFKA_BROKER) broker, then the Kafka tests once more on the other one.
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	KAFKA_BROKER=$(KAFKA_BROKER) $(PY) -m pytest $(PYTEST_ARGS)
+	KAFKA_BROKER=$(if $(filter noida,$(KAFKA_BROKER)),tansu,noida) $(PY) -m pytest tests/test_kafka_*.py $(PYTEST_ARGS)
+
+# The Kafka tests alone, once per broker.
+test-kafka: install
+	KAFKA_BROKER=noida $(PY) -m pytest tests/test_kafka_*.py $(PYTEST_ARGS)
+	KAFKA_BROKER=tansu $(PY) -m pytest tests/test_kafka_*.py $(PYTEST_ARGS)
 
 run: install
 	$(PY) -m pipelines.team_scores $(RUN_ARGS)
@@ -58,5 +69,27 @@ spark-cluster-stop:
 spark-cluster-status:
 	$(PY) -m runners.cluster status --state-dir $(CLUSTER_DIR)
 
-clean: spark-cluster-stop
-	rm -rf $(VENV) build *.egg-info .pytest_cache out $(CLUSTER_DIR)
+# Beam's Job API on Spark: submit any Beam Python pipeline with --runner=PortableRunner
+# --job_endpoint=localhost:$(JOB_SERVER_PORT). Stop it with Ctrl-C.
+JOB_SERVER_PORT ?= 8099
+JOB_SERVER_ARGS ?=
+job-server: install
+	$(PY) -m runners.spark.job_server --port $(JOB_SERVER_PORT) $(JOB_SERVER_ARGS)
+
+# Optional: Graphviz renders `--graph FILE.svg|.png` (without it, jobs write FILE.dot).
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq graphviz; } \
+	  || echo "Install Graphviz yourself: sudo apt-get install -y graphviz (Debian/Ubuntu)"
+
+# The embedded broker for manual use: prints the --bootstrap_servers to pass to a job.
+kafka: install
+	$(PY) -m runners.broker start --kind $(KAFKA_BROKER) --state-dir $(KAFKA_DIR)
+
+kafka-stop:
+	@if [ -x $(PY) ]; then $(PY) -m runners.broker stop --state-dir $(KAFKA_DIR); fi
+
+kafka-status:
+	$(PY) -m runners.broker status --state-dir $(KAFKA_DIR)
+
+clean: spark-cluster-stop kafka-stop
+	rm -rf $(VENV) build *.egg-info .pytest_cache out $(CLUSTER_DIR) $(KAFKA_DIR)
