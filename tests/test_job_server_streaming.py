@@ -1,23 +1,39 @@
-"""A TestStream pipeline in streaming mode, submitted to the Spark job server.
+"""Streaming jobs on the Spark job server.
 
 Beam's client sends the TestStream (its events are in the proto) with ``--streaming``; the
 server runs it with the SparkRunner's micro-batch loop. The panes (on time, then a late
 refinement, accumulating) must be those the DirectRunner gives for the same pipeline.
+
+A long streaming job submitted by a client that then exits keeps running; another client
+reads its state, finds it in the job list, and cancels it: the state ends CANCELLED and the
+micro-batch loop stops (no batch runs after the cancel).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
+import time
 
 import apache_beam as beam
+import grpc
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 from apache_beam.runners.runner import PipelineState
 from apache_beam.testing import test_stream
 from apache_beam.transforms import trigger, window
 
-from test_job_server import job_endpoint, portable_options  # noqa: F401 (fixture)
+from test_job_server import (  # noqa: F401 (fixture)
+    _stops_growing,
+    job_endpoint,
+    portable_options,
+)
 from triggers.panes import DescribePanes
+
+JobState = beam_job_api_pb2.JobState
 
 
 def run_panes(options: PipelineOptions, output: str) -> list:
@@ -60,3 +76,70 @@ def test_test_stream_panes_match_the_direct_runner(job_endpoint, tmp_path):  # n
             sorted(on_spark, key=lambda pane: pane["pane"]["index"])] == [
         ("ON_TIME", 3), ("LATE", 8)]
     assert on_spark == on_direct
+
+
+#: A client that submits a long streaming job and goes away without waiting for it.
+SUBMIT_AND_LEAVE = textwrap.dedent('''
+    import sys
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+
+    output, events, *flags = sys.argv[1:]
+
+
+    def append_line(number):
+        with open(output, "a") as lines:
+            lines.write(f"{number}\\n")
+
+
+    stream = TestStream()
+    for number in range(int(events)):  # one micro-batch each: minutes of batches
+        stream = stream.add_elements([TimestampedValue(number, number)])
+    pipeline = beam.Pipeline(options=PipelineOptions(flags))
+    _ = pipeline | stream | beam.Map(append_line)
+    result = pipeline.run()
+    print(result._job_id, flush=True)
+''')
+EVENTS = 5000
+
+
+def test_a_streaming_job_outlives_its_client_and_cancel_stops_its_loop(
+        job_endpoint, tmp_path):  # noqa: F811
+    output = tmp_path / "numbers.txt"
+    script = tmp_path / "submit_and_leave.py"
+    script.write_text(SUBMIT_AND_LEAVE)
+    # Beam's own SparkRunner client with a job endpoint, in streaming.
+    submitted = subprocess.run(
+        [sys.executable, str(script), str(output), str(EVENTS), "--runner=SparkRunner",
+         f"--job_endpoint={job_endpoint}", "--streaming"],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    job_id = submitted.stdout.split()[-1]
+
+    # The client has exited; a new one finds the job running, its batches going on.
+    with grpc.insecure_channel(job_endpoint) as channel:
+        service = beam_job_api_pb2_grpc.JobServiceStub(channel)
+        request = beam_job_api_pb2.GetJobStateRequest(job_id=job_id)
+        deadline = time.monotonic() + 600
+        while not (output.exists() and len(output.read_text().splitlines()) >= 3):
+            assert service.GetState(request).state in (JobState.STOPPED, JobState.RUNNING)
+            assert time.monotonic() < deadline, "no micro-batch ran within 10 minutes"
+            time.sleep(0.5)
+        assert service.GetState(request).state == JobState.RUNNING
+        listed = {job.job_id: job.state for job in
+                  service.GetJobs(beam_job_api_pb2.GetJobsRequest()).job_info}
+        assert listed[job_id] == JobState.RUNNING
+
+        cancelled = service.Cancel(beam_job_api_pb2.CancelJobRequest(job_id=job_id))
+        assert cancelled.state == JobState.CANCELLED
+        history = [event.state for event in service.GetStateStream(request)]
+        assert history == [JobState.STOPPED, JobState.RUNNING, JobState.CANCELLING,
+                           JobState.CANCELLED]
+    # The loop stopped: no batch writes any more, long before the stream's end.
+    assert _stops_growing(str(output)), "the cancelled streaming job kept running batches"
+    numbers = [int(line) for line in output.read_text().splitlines()]
+    assert 3 <= len(numbers) < EVENTS
+    assert sorted(numbers) == list(range(len(numbers)))  # batches in order, none lost

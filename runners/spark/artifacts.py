@@ -4,16 +4,19 @@ Beam's Python client stages a job's dependencies through the ArtifactStagingServ
 server keeps them under its staging directory, one folder per job); this module decides what
 each staged file means for a pipeline that runs in Spark's own Python workers:
 
-* Python code (``.py``, ``.zip``, ``.egg``, pure-Python ``.whl``, e.g. from
-  ``--extra_package``): ``SparkContext.addPyFile``, so executors (and the driver) can import
-  it. A wheel is imported from the archive as is (not installed: no compiled extensions,
-  no dependencies). A source
-  distribution (``.tar.gz``) is installed first (``pip install --no-deps --target``, offline)
-  and shipped as a zip.
-* the pickled main session (``--save_main_session``): loaded on the driver, and shipped with
-  ``SparkContext.addFile`` under its staged name.
-* ``requirements.txt`` and the client's dependency listing: not installed (the executors run
-  the server's interpreter); reported in the job's messages so nothing is dropped silently.
+* packages: wheels and source distributions (``--extra_package``; named in
+  ``extra_packages.txt``), and the requirements of ``requirements.txt``
+  (``--requirements_file``) the server does not already have, from the packages staged with
+  them (``--requirements_cache``): installed offline into the job's own site folder, shipped
+  zipped, and put on the job's workers' ``sys.path`` (see :mod:`runners.spark.job_packages`
+  and :mod:`runners.spark.job_environment`). A package neither staged nor installed on the
+  server fails the job, by name.
+* the pickled main session (``--save_main_session``): loaded on the driver, shipped under a
+  name of its content, and loaded in each Python worker before the job's first bundle there.
+* other Python code (``.py``, ``.zip``, ``.egg`` not named as packages):
+  ``SparkContext.addPyFile`` (on every worker's path from then on).
+* the client's environment listing (``submission_environment_dependencies.txt``): not used;
+  executors run the server's interpreter.
 * any other file: ``SparkContext.addFile`` (tasks find it with ``SparkFiles.get(name)``).
 
 Each decision is returned as a line for the job's message stream.
@@ -24,24 +27,29 @@ Each decision is returned as a line for the job's message stream.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
-from typing import Any, Iterable, List, Tuple
+from typing import Any, Iterable, List, Optional, Tuple
 
 from apache_beam.internal import pickler
 
+from runners.spark import job_environment, job_packages
 from runners.spark.beam_internals import beam_runner_api_pb2, common_urns, proto_utils
 
 #: File name Beam's stager gives the pickled main session.
 MAIN_SESSION_FILE = "pickled_main_session"
-#: Staged files describing the client's environment; executors use the server's instead.
-ENVIRONMENT_LISTINGS = frozenset(
-    ["requirements.txt", "submission_environment_dependencies.txt", "extra_packages.txt"])
-PYTHON_CODE_SUFFIXES = (".py", ".zip", ".egg", ".whl")
-SOURCE_DISTRIBUTION_SUFFIXES = (".tar.gz", ".tgz")
+#: The listing of ``--extra_package`` files Beam's stager writes.
+EXTRA_PACKAGES_FILE = "extra_packages.txt"
+#: Requirements files end so (``requirements.txt``; see :func:`staged_files`).
+REQUIREMENTS_SUFFIX = "requirements.txt"
+#: The client's environment, listed for information; executors run the server's.
+ENVIRONMENT_LISTING = "submission_environment_dependencies.txt"
+PYTHON_CODE_SUFFIXES = (".py", ".zip", ".egg")
+#: What pip installs; a ``.zip`` is a package only when listed as one (else code).
+PACKAGE_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".tar", ".zip")
+_UNLISTED_PACKAGE_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".tar")
 
 
 def staged_name_of_path(path: str) -> str:
@@ -65,6 +73,8 @@ def staged_files(
                 name = proto_utils.parse_Bytes(
                     dependency.role_payload,
                     beam_runner_api_pb2.ArtifactStagingToRolePayload).staged_name
+            elif dependency.role_urn == common_urns.artifact_roles.PIP_REQUIREMENTS_FILE.urn:
+                name = f"{staged_name_of_path(path)}-{REQUIREMENTS_SUFFIX}"
             else:
                 name = staged_name_of_path(path)
             if path not in seen:
@@ -73,57 +83,100 @@ def staged_files(
     return files
 
 
-def ship_to_executors(spark_context: Any, files: List[Tuple[str, str]], work_dir: str) -> List[str]:
-    """Make the staged ``files`` available to the job's tasks; returns what was done, per file.
+@dataclasses.dataclass
+class ShippedArtifacts:
+    """What a job's tasks need to find its artifacts (see :mod:`runners.spark.job_environment`).
+
+    Attributes:
+      site: the ``SparkFiles`` name of the job's installed packages (zip), or None.
+      main_session: the ``SparkFiles`` name of its pickled main session, or None.
+      report: one line per staged file: what was done with it.
+    """
+
+    site: Optional[str] = None
+    main_session: Optional[str] = None
+    report: List[str] = dataclasses.field(default_factory=list)
+
+
+def ship_to_executors(spark_context: Any, files: List[Tuple[str, str]], work_dir: str,
+                      job_id: str) -> ShippedArtifacts:
+    """Make the staged ``files`` available to the job's tasks (see module doc).
 
     ``work_dir`` is the job's own directory on the server (files are copied there under their
-    staged names, since Spark ships a file under its base name).
+    staged names). Raises :class:`~runners.spark.job_packages.MissingPackageError` (or
+    ``PackageInstallError``) when the job's packages cannot be installed.
     """
-    os.makedirs(work_dir, exist_ok=True)
-    report = []
+    packages_dir = os.path.join(work_dir, "packages")
+    os.makedirs(packages_dir, exist_ok=True)
+    shipped = ShippedArtifacts()
+    local = {}
     for name, path in files:
-        if name in ENVIRONMENT_LISTINGS:
-            report.append(f"{name}: not installed; executors run the job server's Python "
-                          "environment (install packages there, or stage them with "
-                          "--extra_package)")
+        in_packages = name.endswith(PACKAGE_SUFFIXES)
+        local[name] = os.path.join(packages_dir if in_packages else work_dir, name)
+        shutil.copyfile(path, local[name])
+    extra_packages = _extra_packages(local)
+    requirements = _requirements(local, work_dir)
+    for name, path in local.items():
+        if name in (EXTRA_PACKAGES_FILE, ENVIRONMENT_LISTING) or name.endswith(
+                REQUIREMENTS_SUFFIX) or name in extra_packages:
             continue
-        local = os.path.join(work_dir, name)
-        shutil.copyfile(path, local)
         if name == MAIN_SESSION_FILE:
-            pickler.load_session(local)
-            spark_context.addFile(local)
-            report.append(f"{name}: loaded on the driver, shipped to executors (SparkFiles)")
-        elif name.endswith(PYTHON_CODE_SUFFIXES):
-            if name.endswith(".whl"):
-                # A wheel is a zip archive; PySpark puts only .zip/.egg/.jar archives on the
-                # Python path, so ship it under a .zip name.
-                archive = local[:-len(".whl")] + ".zip"
-                os.replace(local, archive)
-                local = archive
-            spark_context.addPyFile(local)
-            report.append(f"{name}: added to the executors' Python path")
-        elif name.endswith(SOURCE_DISTRIBUTION_SUFFIXES):
-            archive = _install_as_zip(local, work_dir)
-            spark_context.addPyFile(archive)
-            report.append(f"{name}: installed (no dependencies) and added to the executors' "
-                          "Python path")
+            continue  # after the packages, which the session may refer to
+        if name.endswith(PYTHON_CODE_SUFFIXES):
+            spark_context.addPyFile(path)
+            shipped.report.append(f"{name}: added to the executors' Python path")
+        elif name.endswith(PACKAGE_SUFFIXES):
+            shipped.report.append(f"{name}: staged package, installed if a requirement "
+                                  "needs it")
         else:
-            spark_context.addFile(local)
-            report.append(f"{name}: shipped to executors (SparkFiles.get({name!r}))")
-    return report
+            spark_context.addFile(path)
+            shipped.report.append(f"{name}: shipped to executors (SparkFiles.get({name!r}))")
+    site = os.path.join(work_dir, "site")
+    os.makedirs(site, exist_ok=True)
+    shipped.report += job_packages.install_job_packages(
+        site, [local[name] for name in extra_packages], requirements, packages_dir)
+    if os.listdir(site):
+        archive = shutil.make_archive(
+            os.path.join(work_dir, job_environment.site_file_name(job_id)[: -len(".zip")]),
+            "zip", site)
+        spark_context.addFile(archive)
+        shipped.site = os.path.basename(archive)
+        # The driver decodes some elements too (e.g. TestStream events): the job's packages
+        # go after the server's own there, which keep precedence.
+        job_packages.JOB_SITES.add(site)
+        sys.path.append(site)
+    if MAIN_SESSION_FILE in local:
+        session = local[MAIN_SESSION_FILE]
+        pickler.load_session(session)
+        shipped.main_session = job_environment.main_session_file_name(session)
+        renamed = os.path.join(work_dir, shipped.main_session)
+        os.replace(session, renamed)
+        spark_context.addFile(renamed)
+        shipped.report.append(f"{MAIN_SESSION_FILE}: loaded on the driver, and in each Python "
+                              "worker before the job's first bundle there")
+    return shipped
 
 
-def _install_as_zip(source_distribution: str, work_dir: str) -> str:
-    """Install a source distribution offline into a folder; return it zipped."""
-    target = tempfile.mkdtemp(prefix="site-", dir=work_dir)
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-               "--no-build-isolation", "--target", target, source_distribution]
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
-    if completed.returncode != 0:
-        raise ValueError(
-            f"staged package {os.path.basename(source_distribution)!r} could not be installed "
-            f"on the job server (offline, without dependencies; building it needs setuptools "
-            f"and wheel there): {completed.stderr.strip()[-2000:]}. "
-            "Stage a wheel instead (--extra_package my_package-1.0-py3-none-any.whl).")
-    base = os.path.join(work_dir, os.path.basename(source_distribution).split(".tar")[0])
-    return shutil.make_archive(base, "zip", target)
+def _extra_packages(local: dict) -> List[str]:
+    """Staged names of the ``--extra_package`` files (every staged wheel or source
+    distribution when a raw client staged no listing and no requirements)."""
+    listing = local.get(EXTRA_PACKAGES_FILE)
+    if listing is not None:
+        with open(listing) as names:
+            return [name.strip() for name in names if name.strip() in local]
+    if any(name.endswith(REQUIREMENTS_SUFFIX) for name in local):
+        return []
+    return [name for name in local if name.endswith(_UNLISTED_PACKAGE_SUFFIXES)]
+
+
+def _requirements(local: dict, work_dir: str) -> Optional[str]:
+    """One requirements file with the lines of every staged one, or None."""
+    names = sorted(name for name in local if name.endswith(REQUIREMENTS_SUFFIX))
+    if not names:
+        return None
+    merged = os.path.join(work_dir, "all-requirements.txt")
+    with open(merged, "w") as out:
+        for name in names:
+            with open(local[name]) as lines:
+                out.write(lines.read().rstrip("\n") + "\n")
+    return merged

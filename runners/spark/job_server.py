@@ -13,6 +13,11 @@ the ArtifactStagingService. The server binds 127.0.0.1 unless ``--host`` says ot
 Every job runs on the server's SparkContext (``--spark_master_url``, ``--spark_conf``); see
 :mod:`runners.spark.job_service` for environments, states and what a job may set.
 
+A job's dependencies come with it, staged by Beam's client: ``--extra_package`` (wheels,
+source distributions) and ``--requirements_file`` with the packages of ``--requirements_cache``
+are installed offline for that job alone, ``--save_main_session`` is loaded in every Python
+worker; nothing is downloaded at run time (see :mod:`runners.spark.artifacts`).
+
 A request that is not a valid message (garbage, a truncated pipeline) is answered with
 INVALID_ARGUMENT and the parser's reason; the server keeps serving.
 

@@ -40,7 +40,7 @@ import grpc
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from runners.spark import artifacts, planning
+from runners.spark import artifacts, job_environment, job_packages, planning
 from runners.spark import options as spark_options
 from runners.spark.beam_internals import (
     abstract_job_service,
@@ -66,6 +66,7 @@ _STATES = {
 }
 #: Runner options that configure the server's SparkContext, not a job (the server's win).
 _SERVER_OPTIONS = frozenset(["spark_conf"])
+_PACKAGE_ERRORS = (job_packages.MissingPackageError, job_packages.PackageInstallError)
 _OPTION_TYPES = {int: beam_job_api_pb2.PipelineOptionType.INTEGER,
                  float: beam_job_api_pb2.PipelineOptionType.NUMBER}
 
@@ -248,14 +249,17 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
                     self.result.wait_until_finish()
                 self.set_state(_STATES.get(self.result.state if self.result else None,
                                            JobState.CANCELLED))
-            except Exception:  # reported to the client through the message stream
+            except Exception as error:  # reported to the client through the message stream
                 with self._lock:
                     cancelled = self._cancel_requested
                 if cancelled:
                     self.set_state(JobState.CANCELLED)
                 else:
-                    self._message(traceback.format_exc(),
-                                  beam_job_api_pb2.JobMessage.JOB_MESSAGE_ERROR)
+                    # A package problem is the user's to act on: its message says what to
+                    # do; a traceback of the server would only hide it.
+                    text = (f"{type(error).__name__}: {error}" if isinstance(
+                        error, _PACKAGE_ERRORS) else traceback.format_exc())
+                    self._message(text, beam_job_api_pb2.JobMessage.JOB_MESSAGE_ERROR)
                     self.set_state(JobState.FAILED)
 
     def _stage_artifacts(self) -> None:
@@ -267,8 +271,13 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
             self._executable.components.environments, resolved)
         files = artifacts.staged_files(self._executable.components.environments.values())
         work_dir = os.path.join(self._servicer.staging_dir, self._job_id, "shipped")
-        for line in artifacts.ship_to_executors(self._servicer.spark_context, files, work_dir):
+        shipped = artifacts.ship_to_executors(
+            self._servicer.spark_context, files, work_dir, self._job_id)
+        for line in shipped.report:
             self._message(f"staged artifact {line}", beam_job_api_pb2.JobMessage.JOB_MESSAGE_BASIC)
+        # Local properties of this thread reach every task of the job (job_environment).
+        job_environment.set_job_properties(
+            self._servicer.spark_context, shipped.site, shipped.main_session)
 
     def cancel(self, timeout: float = 120.0) -> None:
         """Stop the job's Spark jobs; returns once the job has reached a terminal state."""
