@@ -7,6 +7,8 @@ panes as the DirectRunner on both runners.
 
 from __future__ import annotations
 
+import json
+
 import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
@@ -32,28 +34,44 @@ def loop_metric(result, name, step=None):
     return results["counters"] + results["gauges"] + results["distributions"]
 
 
-def test_state_is_collected_once_windows_expire(runner):
-    """A burst of 20 keys fills the GroupByKey's state; once the watermark passes the
-    windows' end (allowed lateness 0), every key's state is gone: the state shrinks back
-    down before the watermark reaches the end of time (the loop stops after 3 batches)."""
-    burst = [TimestampedValue((f"key-{n}", n), 1) for n in range(20)]
+def test_state_grows_with_a_burst_and_is_collected_once_windows_expire(runner, tmp_path):
+    """A burst over 30 keys and 3 windows fills the GroupByKey's state; each window's state
+    is collected once the watermark passes its end + the allowed lateness (5 s), so the state
+    comes back down to nothing before the stream ends (the loop stops after 6 batches, at
+    watermark 36). Measured per batch (``--streaming_report``): keys and bytes of state."""
+    burst = [TimestampedValue((f"key-{n}", n), 10 * window + 1)
+             for n in range(30) for window in range(3)]
     stream = (streams.TestStream()
               .advance_watermark_to(0)
               .add_elements(burst)
-              .advance_watermark_to(11)
-              .advance_watermark_to(30))
-    options = PipelineOptions(streaming=True, max_batches=3)
+              .advance_watermark_to(12)   # [0, 10) fires; kept for late data until 15
+              .advance_watermark_to(16)   # [0, 10) expired
+              .advance_watermark_to(26)   # [10, 20) fired and expired
+              .advance_watermark_to(36))  # [20, 30) fired and expired: nothing is left
+    report = tmp_path / "report.jsonl"
+    options = PipelineOptions(streaming=True, max_batches=6, streaming_report=str(report))
     pipeline = beam.Pipeline(runner=runner, options=options)
-    _ = (pipeline | stream | beam.WindowInto(FixedWindows(10))
+    _ = (pipeline | stream | beam.WindowInto(FixedWindows(10), allowed_lateness=5)
          | "Group" >> beam.GroupByKey() | beam.MapTuple(lambda key, values: (key, sum(values))))
     result = pipeline.run()
     result.wait_until_finish()
-    sizes, = [m.committed for m in loop_metric(result, "state_keys_per_batch", "Group")]
-    final, = [m.committed.value for m in loop_metric(result, "state_keys", "Group")]
-    assert sizes.max == 20  # the burst: every key held state
-    assert final == 0  # collected: the windows expired at watermark 11
-    batches, = [m.committed for m in loop_metric(result, "batches")]
-    assert batches == 3
+    batches = [json.loads(line) for line in report.read_text().splitlines()]
+    keys = [batch["state_keys"]["Group"] for batch in batches]
+    size = [batch["state_bytes"]["Group"] for batch in batches]
+    assert keys == [0, 30, 30, 30, 30, 0]
+    # Bytes peak with the burst and shrink as each window fires and expires, down to the
+    # empty per-partition records (a few bytes each).
+    assert size[1] == max(size)
+    assert size[1] > size[2] > size[3] > size[4] > size[5]
+    assert size[5] < 20 < size[4]
+    assert size[1] > 30 * 3 * 10  # every (key, window) held something
+    final_keys, = [m.committed.value for m in loop_metric(result, "state_keys", "Group")]
+    final_bytes, = [m.committed.value for m in loop_metric(result, "state_bytes", "Group")]
+    assert (final_keys, final_bytes) == (0, size[5])
+    peak, = [m.committed for m in loop_metric(result, "state_keys_per_batch", "Group")]
+    assert peak.max == 30
+    batches_run, = [m.committed for m in loop_metric(result, "batches")]
+    assert batches_run == 6
 
 
 class BufferUntilTimers(beam.DoFn):
@@ -109,9 +127,14 @@ def test_bounded_pipeline_in_streaming_ends_by_itself(runner):
         assert_that(doubled, equal_to([2, 4, 6]))
 
 
-def test_invalid_loop_options_are_refused(runner):
-    pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(
-        streaming=True, max_batches=0))
+@pytest.mark.parametrize("options, message", [
+    ({"streaming": True, "max_batches": 0}, "--max_batches=0"),
+    ({"streaming": True, "checkpoint_interval_batches": 0}, "--checkpoint_interval_batches=0"),
+    ({"checkpoint_dir": "checkpoints"}, "--checkpoint_dir=checkpoints: checkpoints are for "
+                                        "--streaming"),
+])
+def test_invalid_loop_options_are_refused(runner, options, message):
+    pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(**options))
     _ = pipeline | beam.Create([1])
-    with pytest.raises(ValueError, match="--max_batches=0"):
+    with pytest.raises(ValueError, match=message):
         pipeline.run()

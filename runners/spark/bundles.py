@@ -9,6 +9,8 @@ digest and reset between bundles; a processor that failed is dropped, never reus
 After the last bundle of a partition, timers the stage set are fired (the input is bounded,
 so its watermark is at the end of time: every event-time timer is due), repeatedly until no
 new ones are set, and residuals of self-checkpointing splittable DoFns are re-processed.
+In streaming (a :class:`DeferredWork` passed in) residuals and bundle finalizations are
+handed back instead, for the next micro-batch (:mod:`runners.spark.streaming.unbounded`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import itertools
 import os
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import apache_beam as beam
 
 from runners.spark.beam_internals import (
     DATA_INPUT_URN,
@@ -38,6 +42,7 @@ from runners.spark.metrics import pack
 from runners.spark.planning import StageSpec
 from runners.spark.side_inputs import TaskStateHandler
 from runners.spark.window_assignment import use_native_window_assignment
+from runners.spark.job_environment import prepare_python_worker
 
 #: descriptor digest -> idle processors, per Python worker process.
 _POOL: Dict[str, List["StageProcessor"]] = {}
@@ -102,6 +107,7 @@ class StageProcessor:
     """A ``BundleProcessor`` for one stage, with its in-memory data channel."""
 
     def __init__(self, descriptor_bytes: bytes) -> None:
+        prepare_python_worker()  # a job server job's packages and main session, before unpickling
         self.descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor_bytes)
         # WindowInto of the standard WindowFns runs natively: ~3x faster windowed stages.
         use_native_window_assignment(self.descriptor)
@@ -115,8 +121,14 @@ class StageProcessor:
             InMemoryDataChannelFactory(self.channel.inverse()),
         )
 
-    def run_bundle(self, data: Dict[str, List[bytes]], timers: Dict[TimerKey, List[bytes]]):
-        """Process one bundle; returns (outputs by transform, timers set, residuals, metrics)."""
+    def run_bundle(self, data: Dict[str, List[bytes]], timers: Dict[TimerKey, List[bytes]],
+                   finalizations: Optional[List[Any]] = None):
+        """Process one bundle; returns (outputs by transform, timers set, residuals, metrics).
+
+        With a ``finalizations`` list, the bundle's finalization callbacks are appended to
+        it instead of being called now (streaming calls them once the batch's output is
+        written, see :mod:`runners.spark.streaming.unbounded`).
+        """
         bundle_id = f"{self.descriptor.id}-{os.getpid()}-{next(_BUNDLE_IDS)}"
         for transform_id, chunks in data.items():
             stream = self.channel.output_stream(bundle_id, transform_id)
@@ -139,10 +151,25 @@ class StageProcessor:
             elif element.data:
                 outputs.setdefault(element.transform_id, []).append(element.data)
         infos = self.processor.monitoring_infos()
-        if needs_finalization:
+        if needs_finalization and finalizations is not None:
+            finalizations.extend(self.finalization_callbacks())
+        elif needs_finalization:
             self.processor.finalize_bundle()
         self.processor.reset()
         return outputs, timers_set, residuals, infos
+
+    def finalization_callbacks(self) -> List[Any]:
+        """The callbacks the bundle's DoFns registered, taken instead of called (the SDK's
+        operations keep their finalizer params private: finalize with them captured)."""
+        callbacks: List[Any] = []
+        finalizer_param = beam.DoFn.BundleFinalizerParam
+        original = finalizer_param.finalize_bundle
+        finalizer_param.finalize_bundle = lambda param: callbacks.extend(param._callbacks)
+        try:
+            self.processor.finalize_bundle()
+        finally:
+            finalizer_param.finalize_bundle = original
+        return callbacks
 
     def residual_input(self, application) -> str:
         """The DATA_INPUT transform that feeds a residual's transform (as FnApiRunner finds it)."""
@@ -181,12 +208,15 @@ def _checkin(task: StageTask, processor: StageProcessor) -> None:
 
 
 def process_partition(
-    task: StageTask, records: Iterator[Tuple[int, bytes]]
+    task: StageTask, records: Iterator[Tuple[int, bytes]],
+    deferred: Optional["DeferredWork"] = None,
 ) -> Iterator[Tuple[int, bytes]]:
     """Run ``task.stage`` over one partition of (input index, encoded elements) records.
 
     Yields (output index, encoded elements) records; raises :class:`TaskFailure` carrying
-    the user's exception when a bundle fails.
+    the user's exception when a bundle fails. With ``deferred`` (streaming), residuals of
+    self-checkpointing splittable DoFns and bundle finalizations are handed back in it
+    instead of being run here.
     """
     stage = task.stage
     output_index = {transform_id: index for index, (transform_id, _) in enumerate(stage.outputs)}
@@ -197,10 +227,12 @@ def process_partition(
     timers = _PendingTimers(processor, stage)
     try:
         for bundle in _bundles(task, records):
-            for output in _run_with_residuals(processor, bundle, {}, timers, collected):
+            for output in _run_with_residuals(processor, bundle, {}, timers, collected,
+                                              deferred):
                 yield output_index[output[0]], output[1]
         while timers:
-            for output in _run_with_residuals(processor, {}, timers.due(), timers, collected):
+            for output in _run_with_residuals(processor, {}, timers.due(), timers, collected,
+                                              deferred):
                 yield output_index[output[0]], output[1]
     except TaskFailure:  # an upstream stage, pipelined into this task, failed
         processor.processor.shutdown()
@@ -216,14 +248,31 @@ def process_partition(
             task.metrics.add(pack(collected))
 
 
-def _run_with_residuals(processor, data, fired, timers, collected):
+class DeferredWork:
+    """What a streaming task hands back to the driver instead of doing it now: residuals
+    (``(DATA_INPUT transform id, DelayedBundleApplication)``) and finalization callbacks."""
+
+    def __init__(self) -> None:
+        self.residuals: List[Tuple[str, Any]] = []
+        self.finalizations: List[Any] = []
+        self.monitoring_infos: List[Any] = []  # of every bundle run (element counts...)
+
+
+def _run_with_residuals(processor, data, fired, timers, collected, deferred=None):
     while True:
-        outputs, timers_set, residuals, infos = processor.run_bundle(data, fired)
+        outputs, timers_set, residuals, infos = processor.run_bundle(
+            data, fired, None if deferred is None else deferred.finalizations)
         collected.extend(infos)
         timers.add(timers_set)
         for transform_id, chunks in outputs.items():
             for chunk in chunks:
                 yield transform_id, chunk
+        if deferred is not None:
+            deferred.monitoring_infos.extend(infos)
+            deferred.residuals.extend(
+                (processor.residual_input(residual.application), residual)
+                for residual in residuals)
+            return
         if not residuals:
             return
         data, fired = {}, {}

@@ -13,6 +13,11 @@ Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
 ``--batch_interval_seconds S``     seconds between micro-batches on the wall clock (default 1)
 ``--max_batches N``                stop after N micro-batches (default: until the sources end)
 ``--streaming_timeout_seconds S``  stop after S seconds (default: no limit)
+``--streaming_report FILE``        append one JSON line per micro-batch to FILE (progress,
+                                   watermarks, state; format in :mod:`runners.spark.streaming.loop`)
+``--checkpoint_dir DIR``           checkpoint the loop to DIR and resume from it on restart
+                                   (see :mod:`runners.spark.streaming.checkpoint`)
+``--checkpoint_interval_batches N``  micro-batches between checkpoints (default 10)
 
 >>> from apache_beam.options.pipeline_options import PipelineOptions
 >>> options = PipelineOptions(["--spark_conf", "spark.ui.enabled=false", "--bundle_size", "1000"])
@@ -81,7 +86,8 @@ class SparkRunnerOptions(PipelineOptions):
             "--max_batches",
             type=int,
             default=None,
-            help="Streaming: stop after this many micro-batches. Default: run until every "
+            help="Streaming: stop after this many micro-batches (of this run: one resumed "
+            "from a checkpoint counts from there). Default: run until every "
             "source is done and the watermark is at the end of time.",
         )
         parser.add_argument(
@@ -90,12 +96,35 @@ class SparkRunnerOptions(PipelineOptions):
             default=None,
             help="Streaming: stop after this many seconds. Default: no limit.",
         )
+        parser.add_argument(
+            "--streaming_report",
+            default=None,
+            metavar="FILE",
+            help="Streaming: append one JSON line per micro-batch to FILE (input count and "
+            "rate, batch time, watermarks per step, watermark lag, state keys and bytes).",
+        )
+        parser.add_argument(
+            "--checkpoint_dir",
+            default=None,
+            metavar="DIR",
+            help="Streaming: checkpoint the micro-batch loop (sources' positions, state, "
+            "watermarks) to DIR; a job started again with the same DIR and pipeline resumes "
+            "from the latest checkpoint. Default: no checkpoints.",
+        )
+        parser.add_argument(
+            "--checkpoint_interval_batches",
+            type=int,
+            default=10,
+            help="Streaming: micro-batches between checkpoints (and one when the loop stops "
+            "by itself). Default: 10.",
+        )
 
 
 def validated(options: PipelineOptions) -> "SparkRunnerOptions":
     """The runner's options view, after checking every value (ValueError names a bad one)."""
     view = options.view_as(SparkRunnerOptions)
-    for flag in ("spark_parallelism", "bundle_size", "max_batches"):
+    for flag in ("spark_parallelism", "bundle_size", "max_batches",
+                 "checkpoint_interval_batches"):
         value = getattr(view, flag)
         if value is not None and value < 1:
             raise ValueError(f"--{flag}={value}: give a positive whole number, or leave it unset")

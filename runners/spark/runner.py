@@ -64,6 +64,9 @@ class SparkRunner(PipelineRunner):
         view = spark_options.validated(options)
         planning.check_supported(proto, options)
         streaming = bool(options.view_as(StandardOptions).streaming)
+        if view.checkpoint_dir and not streaming:
+            raise ValueError(f"--checkpoint_dir={view.checkpoint_dir}: checkpoints are for "
+                             "--streaming runs (a batch run restarts from its input)")
         plan = planning.plan(proto, streaming=streaming)
         spark_context = self._context(options)
         accumulator = spark_context.accumulator([], MonitoringInfoAccumulator())
@@ -72,7 +75,9 @@ class SparkRunner(PipelineRunner):
             execution = StreamingExecution(
                 spark_context, plan, accumulator, parallelism, view.bundle_size,
                 batch_interval=view.batch_interval_seconds, max_batches=view.max_batches,
-                timeout=view.streaming_timeout_seconds)
+                timeout=view.streaming_timeout_seconds, report_path=view.streaming_report,
+                checkpoint_dir=view.checkpoint_dir,
+                checkpoint_interval=view.checkpoint_interval_batches)
         else:
             execution = PlanExecution(
                 spark_context, plan, accumulator, parallelism=parallelism,

@@ -6,6 +6,7 @@
 * :mod:`~runners.spark.streaming.stateful`: a stateful DoFn stage (user state, timers).
 * :mod:`~runners.spark.streaming.state`: state encoded explicitly and versioned.
 * :mod:`~runners.spark.streaming.test_stream`: TestStream as a source, one event a batch.
+* :mod:`~runners.spark.streaming.unbounded`: splittable DoFns, residuals carried between batches.
 """
 
 from runners.spark.streaming.loop import StreamingExecution

@@ -42,6 +42,7 @@ from runners.spark.planning import (
 from runners.spark.streaming import coders as _coders  # noqa: F401 (registers the coder)
 from runners.spark.streaming.grouping import BatchTimes, process_group_partition
 from runners.spark.streaming.stateful import process_stateful_partition
+from runners.spark.streaming.unbounded import CarriedResiduals
 
 
 class KeyedStep:
@@ -54,6 +55,7 @@ class KeyedStep:
         self.output_watermark = MIN_TIMESTAMP
         self.hold = MAX_TIMESTAMP
         self.keys = 0  # keys (or state cells and timers) held
+        self.state_bytes = 0  # encoded state held
         self.inputs = 0  # elements received in the last batch
         self.outputs = 0  # elements emitted in the last batch
         self.clock: Optional[float] = None
@@ -93,6 +95,25 @@ class KeyedStep:
         if self._result is not None:
             self._result.unpersist(blocking=False)
 
+    def snapshot(self) -> Dict[str, Any]:
+        """The step's watermarks, hold and clock as plain data (its state RDD is collected
+        by :meth:`BatchStages.snapshot`), for a checkpoint."""
+        return {"name": self.name, "input_watermark": self.input_watermark.micros,
+                "output_watermark": self.output_watermark.micros, "hold": self.hold.micros,
+                "keys": self.keys, "state_bytes": self.state_bytes,
+                "clock": self.clock, "next_processing_timer": self.next_processing_timer}
+
+    def restore(self, snapshot: Dict[str, Any], state: Any) -> None:
+        """Resume from :meth:`snapshot`, with ``state`` the RDD of its state records."""
+        self.state = state
+        self.input_watermark = Timestamp(micros=snapshot["input_watermark"])
+        self.output_watermark = Timestamp(micros=snapshot["output_watermark"])
+        self.hold = Timestamp(micros=snapshot["hold"])
+        self.keys = snapshot["keys"]
+        self.state_bytes = snapshot["state_bytes"]
+        self.clock = snapshot["clock"]
+        self.next_processing_timer = snapshot["next_processing_timer"]
+
 
 class BatchStages:
     """Runs the plan's stages once per micro-batch, keeping keyed state between batches.
@@ -122,7 +143,12 @@ class BatchStages:
                 self._writers.setdefault(buffer_id, []).append(stage.index)
         self._side_buffers = {spec.buffer_id for stage in plan.stages
                               for spec in stage.side_inputs}
-        self._side_history: Dict[bytes, List[Any]] = {}
+        # Side inputs see every element their buffer received so far: collected chunks of
+        # past batches (the RDDs that made them are freed), and this batch's RDDs.
+        self._side_history: Dict[bytes, List[bytes]] = {}
+        self._side_pending: Dict[bytes, List[Any]] = {}
+        #: Residuals of splittable DoFns, carried to the next batch.
+        self.unbounded = CarriedResiduals(spark_context, parallelism)
         self._batch_persisted: List[Any] = []
         self._impulse_done = False
         self._broadcasts: List[Any] = []  # side input tables, freed at the end of each batch
@@ -156,6 +182,7 @@ class BatchStages:
         written: Dict[bytes, List[Any]] = {}
         empty: Dict[bytes, bool] = {}
         sinks: List[Any] = []
+        self.unbounded.next_batch()
         for stage in self.plan.stages:
             if stage.kind == TEST_STREAM_STAGE:
                 for _, buffer_id in stage.outputs:
@@ -163,7 +190,8 @@ class BatchStages:
                     rdd = self.sc.parallelize(chunks, 1) if chunks else self.sc.emptyRDD()
                     written.setdefault(buffer_id, []).append(rdd)
                     empty[buffer_id] = empty.get(buffer_id, True) and not chunks
-                    self._remember_side_input(buffer_id, rdd)
+                    if chunks:
+                        self._remember_side_input(buffer_id, rdd)
                 self.stage_watermarks[stage.index] = min(
                     (source_watermarks[b] for _, b in stage.outputs), default=MAX_TIMESTAMP)
                 continue
@@ -188,32 +216,44 @@ class BatchStages:
                           else rdd.filter(functools.partial(_has_tag, index)).values())
                 written.setdefault(buffer_id, []).append(chunks)
                 empty[buffer_id] = empty.get(buffer_id, True) and output_empty
-                self._remember_side_input(buffer_id, chunks)
+                if not output_empty:
+                    self._remember_side_input(buffer_id, chunks)
             if not readers and not output_empty:
                 sinks.append(rdd)
         self._impulse_done = True
         if sinks:
             union = sinks[0] if len(sinks) == 1 else self.sc.union(sinks)
             union.foreachPartition(_drain)
-        kept = self._kept_side_rdds()
+        self._collect_side_inputs(list(self._side_pending))  # before their inputs are freed
         for rdd in self._batch_persisted:
-            if not any(rdd is side for side in kept):
-                rdd.unpersist(blocking=False)
+            rdd.unpersist(blocking=False)
         self._batch_persisted = []
         for broadcast in self._broadcasts:
             broadcast.unpersist()
         self._broadcasts = []
 
     def _stage_output_watermark(self, stage: StageSpec, input_watermark: Timestamp) -> Timestamp:
+        if self.unbounded.reads(stage):  # held by the residuals' watermarks
+            return self.unbounded.output_watermark(
+                stage.index, input_watermark, self.stage_watermarks.get(stage.index, MIN_TIMESTAMP))
         step = self.steps.get(stage.index)
         return step.output_watermark if step is not None else input_watermark
 
     def _remember_side_input(self, buffer_id: bytes, rdd: Any) -> None:
         if buffer_id in self._side_buffers:
-            self._side_history.setdefault(buffer_id, []).append(rdd)
+            self._side_pending.setdefault(buffer_id, []).append(rdd)
 
-    def _kept_side_rdds(self) -> List[Any]:
-        return [rdd for history in self._side_history.values() for rdd in history]
+    def _collect_side_inputs(self, buffer_ids: List[bytes]) -> None:
+        """Collect this batch's RDDs of these side-input buffers into their history, in one
+        Spark job (an RDD is never re-read in a later batch: what it came from is freed)."""
+        pending = [(buffer_id, rdd) for buffer_id in buffer_ids
+                   for rdd in self._side_pending.pop(buffer_id, [])]
+        if not pending:
+            return
+        tagged = [rdd.map(functools.partial(_tag, index)) for index, (_, rdd) in enumerate(pending)]
+        union = tagged[0] if len(tagged) == 1 else self.sc.union(tagged)
+        for index, chunk in union.collect():
+            self._side_history.setdefault(pending[index][0], []).append(chunk)
 
     def _read(self, buffer_id: bytes, written: Dict[bytes, List[Any]],
               empty: Dict[bytes, bool], clock: float) -> Tuple[Any, bool]:
@@ -263,8 +303,10 @@ class BatchStages:
         result = records.mapPartitionsWithIndex(functools.partial(run, times))
         result = result.persist(StorageLevel.MEMORY_AND_DISK)
         result.localCheckpoint()
-        metas = result.filter(_is_kind_meta).map(_payload).collect()
+        reports = result.filter(_is_not_kind_out).map(_report_of).collect()
+        metas = [payload for kind, payload in reports if kind == "meta"]
         step.advance(result, metas, new_input, holds, clock)
+        step.state_bytes = sum(payload for kind, payload in reports if kind == "state")
         return result
 
     def _run_stage(self, stage: StageSpec, sources, inputs_empty: bool,
@@ -294,6 +336,10 @@ class BatchStages:
             if result is None or not step.outputs:
                 return self.sc.emptyRDD(), True
             return result.filter(_is_kind_out).map(_payload), False
+        if self.unbounded.reads(stage):
+            task = StageTask(stage, self.components, self._side_input_table(stage),
+                             self.metrics, self.bundle_size)
+            return self.unbounded.run(stage, task, sources, inputs_empty, clock)
         if inputs_empty:
             return self.sc.emptyRDD(), True
         task = StageTask(stage, self.components, self._side_input_table(stage), self.metrics,
@@ -307,9 +353,9 @@ class BatchStages:
         if not stage.side_inputs:
             return None
         table: Dict[bytes, List[bytes]] = {}
+        self._collect_side_inputs([spec.buffer_id for spec in stage.side_inputs])
         for spec in stage.side_inputs:
-            chunks = [chunk for rdd in self._side_history.get(spec.buffer_id, [])
-                      for chunk in rdd.collect()]
+            chunks = self._side_history.get(spec.buffer_id, [])
             coder = self.components.coder(spec.coder_id)
             for state_key, values in side_input_tables.materialize(spec, chunks, coder).items():
                 table.setdefault(state_key, []).extend(values)
@@ -320,8 +366,57 @@ class BatchStages:
     def release(self) -> None:
         for step in self.steps.values():
             step.release()
-        for rdd in self._kept_side_rdds() + self._batch_persisted:
+        self.unbounded.release()
+        for rdd in self._batch_persisted:
             rdd.unpersist(blocking=False)
+
+    def snapshot(self) -> Dict[str, Any]:
+        """Everything carried between batches, as plain data, for a checkpoint: one Spark
+        job collects every keyed step's state records, (partition, blob) each. Stages are
+        named, not numbered: the fused stages' order may differ in another driver."""
+        names = {stage.index: stage.name for stage in self.plan.stages}
+        steps = list(self.steps.items())
+        tagged = [step.state.map(functools.partial(_tag, position))
+                  for position, (_, step) in enumerate(steps)]
+        states: Dict[int, List[Tuple[int, bytes]]] = {position: []
+                                                      for position in range(len(steps))}
+        if tagged:
+            union = tagged[0] if len(tagged) == 1 else self.sc.union(tagged)
+            for position, (partition, (_, blob)) in union.collect():
+                states[position].append((partition, blob))
+        return {
+            "parallelism": self.parallelism,
+            "impulse_done": self._impulse_done,
+            "stage_watermarks": {names[index]: watermark.micros
+                                 for index, watermark in self.stage_watermarks.items()},
+            # A GroupByKey's step is keyed by its buffer id, a stateful stage's by its name.
+            "steps": [{"group": key if isinstance(key, bytes) else None,
+                       "stage": None if isinstance(key, bytes) else names[key],
+                       "state": states[position], **step.snapshot()}
+                      for position, (key, step) in enumerate(steps)],
+            "side_inputs": {buffer_id: list(chunks)
+                            for buffer_id, chunks in self._side_history.items()},
+            "unbounded": self.unbounded.snapshot(),
+        }
+
+    def restore(self, snapshot: Dict[str, Any]) -> None:
+        """Resume from :meth:`snapshot` (before the first batch). The checkpoint's key
+        partitions are kept: state records are placed by their partition number."""
+        indexes = {stage.name: stage.index for stage in self.plan.stages}
+        self.parallelism = snapshot["parallelism"]
+        self.unbounded.parallelism = self.parallelism
+        self._impulse_done = snapshot["impulse_done"]
+        self.stage_watermarks = {indexes[name]: Timestamp(micros=micros)
+                                 for name, micros in snapshot["stage_watermarks"].items()}
+        for entry in snapshot["steps"]:
+            records = [(partition, ("state", blob)) for partition, blob in entry["state"]]
+            state = (self.sc.parallelize(records, len(records)) if records
+                     else self.sc.emptyRDD())
+            key = entry["group"] if entry["group"] is not None else indexes[entry["stage"]]
+            self._step(key, entry["name"]).restore(entry, state)
+        self._side_history = {buffer_id: list(chunks)
+                              for buffer_id, chunks in snapshot["side_inputs"].items()}
+        self.unbounded.restore(snapshot["unbounded"])
 
 
 def _stateless_partition(task: StageTask, records):
@@ -360,8 +455,16 @@ def _is_kind_state(record) -> bool:
     return record[0] == "state"
 
 
-def _is_kind_meta(record) -> bool:
-    return record[0] == "meta"
+def _is_not_kind_out(record) -> bool:
+    return record[0] != "out"
+
+
+def _report_of(record) -> Tuple[str, Any]:
+    """A meta record as it is; a state record as its size (a state record is
+    ("state", (partition, ("state", blob))))."""
+    if record[0] == "state":
+        return "state", len(record[1][1][1])
+    return record
 
 
 def _payload(record) -> Any:

@@ -1,8 +1,10 @@
 """What the streaming loop can run: checked while planning, before any Spark job starts.
 
-TestStream and bounded sources feed the micro-batch loop; an unbounded PCollection must come
-from a TestStream (or inherit unboundedness from its input). Unbounded splittable DoFns
-(residuals carried from batch to batch, watermark estimators) are not supported yet.
+TestStream, bounded sources and splittable DoFns (unbounded ones included: their residuals
+are carried from batch to batch, their watermark estimators hold the watermark, see
+:mod:`~runners.spark.streaming.unbounded`) feed the micro-batch loop. Any other transform
+that makes an unbounded PCollection out of bounded input (e.g. a legacy ``UnboundedSource``
+read) is refused.
 """
 
 from __future__ import annotations
@@ -11,18 +13,26 @@ from runners.spark.beam_internals import beam_runner_api_pb2, common_urns, pytho
 from runners.spark.planning import (
     _RUNNER_EXECUTED,
     _SUPPORTED_REQUIREMENTS,
+    PAR_DO_URNS,
     UnsupportedPipelineError,
     _leaf_transforms,
+    _par_do_payload,
 )
 
 _UNBOUNDED_LATER = (
-    "unbounded sources other than TestStream (e.g. unbounded splittable DoFns) are not "
-    "supported yet by the Spark runner's streaming loop; run it on the DirectRunner"
+    "unbounded sources other than TestStream and splittable DoFns (e.g. a legacy "
+    "UnboundedSource read) are not supported by the Spark runner's streaming loop; write the "
+    "source as a splittable DoFn, or run it on the DirectRunner"
 )
 
 
+def _is_splittable(transform) -> bool:
+    return (transform.spec.urn in PAR_DO_URNS
+            and bool(_par_do_payload(transform).restriction_coder_id))
+
+
 def check_streaming_supported(proto: beam_runner_api_pb2.Pipeline) -> None:
-    """Streaming: TestStream and bounded sources feed the micro-batch loop."""
+    """Streaming: TestStream, bounded sources and splittable DoFns feed the micro-batch loop."""
     for requirement in proto.requirements:
         if requirement not in _SUPPORTED_REQUIREMENTS:
             raise UnsupportedPipelineError(
@@ -51,5 +61,5 @@ def check_streaming_supported(proto: beam_runner_api_pb2.Pipeline) -> None:
             inherited = any(
                 components.pcollections[i].is_bounded == beam_runner_api_pb2.IsBounded.UNBOUNDED
                 for i in inputs)
-            if produced_unbounded and not inherited:
+            if produced_unbounded and not inherited and not _is_splittable(transform):
                 raise UnsupportedPipelineError(f"transform {name!r}: {_UNBOUNDED_LATER}.")

@@ -6,6 +6,7 @@ next: an ``ElementEvent`` delivers its elements (in the global window, at their
 timestamps) to the output of its tag, a ``WatermarkEvent`` advances that output's
 watermark, a ``ProcessingTimeEvent`` advances the loop's clock. After the last event one
 more batch advances every output's watermark to the end of time, so the job can finish.
+Its position (next event, watermarks) is checkpointed (:meth:`TestStreamSource.snapshot`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class TestStreamSource:
         payload = beam_runner_api_pb2.TestStreamPayload.FromString(stage.descriptor)
         coder = components.coder(payload.coder_id)
         self.events: List[Any] = [Event.from_runner_api(event, coder) for event in payload.events]
+        self.name = stage.name
         self.buffers = {tag: buffer_id for tag, buffer_id in stage.outputs}
         self.output_impls = {tag: components.coder_impl(coder_id)
                              for (tag, _), coder_id in zip(stage.outputs, stage.output_coders)}
@@ -73,6 +75,28 @@ class TestStreamSource:
         if isinstance(event, ProcessingTimeEvent):
             return {}, float(event.advance_by)
         raise ValueError(f"unknown TestStream event {event!r}")
+
+    def snapshot(self) -> Dict[str, Any]:
+        """The source's position as plain data, for a checkpoint."""
+        return {"kind": "test_stream", "stage": self.name, "events": len(self.events),
+                "position": self._position,
+                "watermarks": {tag: watermark.micros
+                               for tag, watermark in self.watermarks.items()},
+                "finished": self.finished}
+
+    def restore(self, snapshot: Dict[str, Any]) -> None:
+        """Resume at a checkpointed position (ValueError if it is another TestStream's)."""
+        if (snapshot.get("kind") != "test_stream" or snapshot.get("stage") != self.name
+                or snapshot["events"] != len(self.events)
+                or set(snapshot["watermarks"]) != set(self.watermarks)):
+            raise ValueError(
+                f"the checkpoint's source {snapshot.get('kind')} with "
+                f"{snapshot.get('events')} events is not this TestStream "
+                f"({len(self.events)} events)")
+        self._position = snapshot["position"]
+        self.watermarks = {tag: Timestamp(micros=micros)
+                           for tag, micros in snapshot["watermarks"].items()}
+        self.finished = snapshot["finished"]
 
     def watermark_of(self, buffer_id: bytes) -> Timestamp:
         for tag, written in self.buffers.items():

@@ -1,0 +1,339 @@
+"""Checkpoints of the streaming loop: everything it needs to resume, on disk, every N batches.
+
+With ``--checkpoint_dir DIR`` the loop writes, after every ``--checkpoint_interval_batches``
+micro-batches and when it stops by itself (sources done, ``--max_batches``, timeout), a
+checkpoint of its whole state; a driver started again with the same ``DIR`` and the same
+pipeline resumes from the latest one instead of from the beginning.
+
+A checkpoint holds, as plain data (bytes, numbers, strings, lists, dicts; no pickled
+objects, so no code runs when one is read): the batch index and the loop's clock; each
+source's position (a TestStream's next event and its output watermarks); each keyed step's
+state blobs per key partition (encoded and versioned by :mod:`~runners.spark.streaming.
+state`), watermarks, hold and clock; every stage's output watermark; the side inputs'
+history; the unbounded sources' carried residuals; the impulse-done flag.
+
+Layout of ``DIR``::
+
+    checkpoint-00000012/      the latest complete checkpoint (batch 12); older ones deleted
+        MANIFEST.json         format, versions, pipeline fingerprint, batch, sizes, digest
+        data.bin              the snapshot (pickle protocol 5 of plain data only)
+
+A checkpoint is written to a temporary directory and renamed into place, so a driver killed
+while writing leaves the previous checkpoint intact. It is refused when read back by a
+runner of another checkpoint format or state version (:class:`CheckpointError`,
+:class:`~runners.spark.streaming.state.StateVersionError`), or when the pipeline differs
+(:class:`CheckpointMismatchError`): the fingerprint covers the fused stages, their buffers,
+coders, windowing strategies, state and timer specs and TestStream events, but not the code
+inside DoFns (a fixed bug in a DoFn may resume from its checkpoint). Transform names are
+part of it: name transforms (``"Sum" >> ...``), as Beam's pipeline update also requires.
+
+Delivery: outputs of the batches after the latest checkpoint and before a crash are emitted
+again on restart (at-least-once between checkpoints, rollback recovery). A TestStream resumes
+at its checkpointed event, so the final panes equal an uninterrupted run's. A job that ended
+by itself leaves its final checkpoint: started again on the same directory, it resumes at its
+end and emits nothing (give an empty directory to run from the beginning). State stays in
+the checkpoint's key partitions: a restart keeps its ``--spark_parallelism``.
+
+>>> import tempfile
+>>> latest_checkpoint(tempfile.mkdtemp()) is None
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import pickle
+import re
+import shutil
+import time
+from typing import Any, Dict, List, Optional
+
+from apache_beam.metrics.cells import DistributionData
+
+from runners.spark.beam_internals import (
+    PAR_DO_URNS,
+    beam_fn_api_pb2,
+    beam_runner_api_pb2,
+    monitoring_infos,
+)
+from runners.spark.metrics import pack
+from runners.spark.planning import SDK_STAGE, TEST_STREAM_STAGE, ExecutionPlan
+from runners.spark.streaming.state import STATE_VERSION, StateVersionError
+
+_LOGGER = logging.getLogger(__name__)
+
+#: What a manifest's ``format`` says; and the layout version this module reads and writes.
+FORMAT = "beam-spark-streaming-checkpoint"
+CHECKPOINT_VERSION = 1
+MANIFEST = "MANIFEST.json"
+DATA = "data.bin"
+_NAME = re.compile(r"^checkpoint-(\d+)$")
+_TEMPORARY = ".incomplete-"
+#: Namespace of the metrics checkpoints report (the loop's own).
+METRICS_NAMESPACE = "spark_streaming"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used (unreadable, damaged, or of another format)."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint written by another pipeline than the one being run."""
+
+
+def checkpoint_name(batch: int) -> str:
+    return f"checkpoint-{batch:08d}"
+
+
+def latest_checkpoint(directory: str) -> Optional[str]:
+    """The path of the latest complete checkpoint in ``directory``, or None."""
+    if not os.path.isdir(directory):
+        return None
+    found = [(int(match.group(1)), name) for name in os.listdir(directory)
+             for match in [_NAME.match(name)] if match
+             and os.path.isfile(os.path.join(directory, name, MANIFEST))]
+    return os.path.join(directory, max(found)[1]) if found else None
+
+
+def read_manifest(path: str) -> Dict[str, Any]:
+    """A checkpoint's manifest (format, versions, fingerprint, batch, sizes)."""
+    try:
+        with open(os.path.join(path, MANIFEST), encoding="utf-8") as file:
+            manifest = json.load(file)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"checkpoint {path} is unreadable ({error}); move it away to "
+                              "start from the beginning") from error
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a streaming checkpoint of this runner")
+    return manifest
+
+
+def pipeline_fingerprint(plan: ExecutionPlan) -> str:
+    """A digest of what a checkpoint's state depends on: stages, buffers, coders, windowing,
+    state and timer specs, TestStream events (not DoFn code). Stable across processes."""
+    digest = hashlib.sha256()
+
+    def add(*parts: Any) -> None:
+        digest.update(repr(parts).encode("utf-8"))
+
+    # By name: the fused stages' order (their index) may differ from process to process.
+    for stage in sorted(plan.stages, key=lambda stage: stage.name):
+        add(stage.name, stage.kind, stage.keyed, stage.inputs, stage.outputs,
+            stage.side_inputs, stage.timer_families, stage.output_coder_id, stage.output_coders)
+        if stage.kind == TEST_STREAM_STAGE:
+            add(stage.descriptor)
+        elif stage.kind == SDK_STAGE and stage.descriptor:
+            descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
+            for name, transform in sorted(descriptor.transforms.items()):
+                add(name, transform.spec.urn, sorted(transform.inputs.items()),
+                    sorted(transform.outputs.items()))
+                if transform.spec.urn in PAR_DO_URNS:
+                    payload = beam_runner_api_pb2.ParDoPayload.FromString(
+                        transform.spec.payload)
+                    add(sorted((name, spec.SerializeToString(deterministic=True))
+                               for name, spec in payload.state_specs.items()),
+                        sorted((name, spec.SerializeToString(deterministic=True))
+                               for name, spec in payload.timer_family_specs.items()))
+    for buffer_id, group in sorted(plan.groups.items()):
+        add(buffer_id, group)
+    components = plan.components
+    for coder_id, coder in sorted(components.coders.items()):
+        add(coder_id, coder.spec.urn, tuple(coder.component_coder_ids))
+    for strategy_id, strategy in sorted(components.windowing_strategies.items()):
+        add(strategy_id, strategy.SerializeToString(deterministic=True))
+    return digest.hexdigest()
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads plain data only: a checkpoint naming any class or function is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise CheckpointError(f"a checkpoint holds plain data only, not {module}.{name}")
+
+
+class Checkpoints:
+    """Writes and restores the checkpoints of one streaming run.
+
+    Args:
+      directory: ``--checkpoint_dir`` (created if missing), or None: no checkpoints.
+      interval: write one every this many batches (``--checkpoint_interval_batches``).
+      plan: the run's plan (its fingerprint guards against resuming another pipeline).
+    """
+
+    def __init__(self, directory: Optional[str], interval: int, plan: ExecutionPlan) -> None:
+        if interval < 1:
+            raise ValueError(f"--checkpoint_interval_batches={interval}: give a positive "
+                             "whole number")
+        self.directory = os.path.abspath(directory) if directory else None
+        self.interval = interval
+        self.plan = plan
+        self.fingerprint = pipeline_fingerprint(plan) if directory else ""
+        self.written_batch: Optional[int] = None
+        if self.directory:
+            if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+                raise ValueError(f"--checkpoint_dir={directory}: not a directory")
+            os.makedirs(self.directory, exist_ok=True)
+
+    @property
+    def enabled(self) -> bool:
+        return self.directory is not None
+
+    # ----- restore
+    def restore(self, execution: Any, sources: List[Any], clock: float) -> float:
+        """Load the latest checkpoint into the loop; returns the clock to resume at."""
+        if not self.enabled:
+            return clock
+        path = latest_checkpoint(self.directory)
+        if path is None:
+            _LOGGER.info("streaming: no checkpoint in %s, starting from the beginning",
+                         self.directory)
+            return clock
+        manifest = read_manifest(path)
+        self._check(path, manifest)
+        data = self._read_data(path, manifest)
+        # Sources by their stage's name: the fused stages' order may differ between drivers.
+        snapshots = {snapshot.get("stage"): snapshot for snapshot in data["sources"]}
+        names = [getattr(source, "name", None) for source in sources]
+        if len(snapshots) != len(sources) or set(snapshots) != set(names):
+            raise CheckpointMismatchError(
+                f"checkpoint {path} has the sources {sorted(map(str, snapshots))}, this "
+                f"pipeline {sorted(map(str, names))}: {self._what_to_do()}")
+        for source, name in zip(sources, names):
+            source.restore(snapshots[name])
+        if manifest["parallelism"] != execution.parallelism:
+            _LOGGER.warning("streaming: %s holds state in %d key partitions; resuming with "
+                            "them (not %d)", path, manifest["parallelism"], execution.parallelism)
+        data["stages"]["unbounded"] = _reindexed_residuals(
+            data["stages"]["unbounded"], data["stage_names"],
+            {stage.name: stage.index for stage in self.plan.stages})
+        execution.stages.restore(data["stages"])
+        execution.batches = execution.resumed_from = self.written_batch = data["batch"]
+        _LOGGER.info("streaming: resuming from %s (batch %d)", path, data["batch"])
+        return data["clock"]
+
+    def _what_to_do(self) -> str:
+        return (f"run the pipeline that wrote it, or give an empty --checkpoint_dir (or delete "
+                f"{self.directory}) to start from the beginning")
+
+    def _check(self, path: str, manifest: Dict[str, Any]) -> None:
+        if manifest.get("version") != CHECKPOINT_VERSION:
+            raise CheckpointError(
+                f"checkpoint {path} has format version {manifest.get('version')}; this runner "
+                f"reads version {CHECKPOINT_VERSION}: {self._what_to_do()}")
+        if manifest.get("state_version") != STATE_VERSION:
+            raise StateVersionError(
+                f"checkpoint {path} holds streaming state of version "
+                f"{manifest.get('state_version')}; this runner reads version {STATE_VERSION}: "
+                f"{self._what_to_do()}")
+        if manifest.get("fingerprint") != self.fingerprint:
+            ours = {stage.name for stage in self.plan.stages}
+            theirs = set(manifest.get("stages", []))
+            differences = sorted(theirs - ours)[:3] + sorted(ours - theirs)[:3]
+            raise CheckpointMismatchError(
+                f"checkpoint {path} was written by another pipeline (fingerprint "
+                f"{str(manifest.get('fingerprint'))[:12]}, this pipeline {self.fingerprint[:12]}"
+                + (f"; stages differ: {differences}" if differences else "")
+                + f"): {self._what_to_do()}")
+
+    def _read_data(self, path: str, manifest: Dict[str, Any]) -> Dict[str, Any]:
+        try:
+            with open(os.path.join(path, DATA), "rb") as file:
+                data = file.read()
+        except OSError as error:
+            raise CheckpointError(f"checkpoint {path} is unreadable ({error})") from error
+        if hashlib.sha256(data).hexdigest() != manifest.get("data_sha256"):
+            raise CheckpointError(f"checkpoint {path} is damaged (its data does not match its "
+                                  f"manifest's digest): {self._what_to_do()}")
+        return _PlainUnpickler(io.BytesIO(data)).load()
+
+    # ----- write
+    def after_batch(self, execution: Any, sources: List[Any], clock: float) -> None:
+        """Write a checkpoint if ``interval`` batches ran since the last one."""
+        if self.enabled and execution.batches - (self.written_batch or 0) >= self.interval:
+            self.write(execution, sources, clock)
+
+    def finish(self, execution: Any, sources: List[Any], clock: float) -> None:
+        """The loop stops by itself: checkpoint its last batch (unless just done)."""
+        if self.enabled and self.written_batch != execution.batches:
+            self.write(execution, sources, clock)
+
+    def write(self, execution: Any, sources: List[Any], clock: float) -> str:
+        """Write a checkpoint of the loop after its current batch; returns its path."""
+        batch = execution.batches
+        stages = execution.stages.snapshot()
+        snapshot = {"batch": batch, "clock": clock,
+                    "sources": [source.snapshot() for source in sources], "stages": stages,
+                    "stage_names": {stage.index: stage.name for stage in self.plan.stages}}
+        data = pickle.dumps(snapshot, protocol=5)
+        state_bytes = {step["name"]: sum(len(blob) for _, blob in step["state"])
+                       for step in stages["steps"]}
+        manifest = {
+            "format": FORMAT, "version": CHECKPOINT_VERSION, "state_version": STATE_VERSION,
+            "fingerprint": self.fingerprint, "batch": batch,
+            "parallelism": stages["parallelism"], "written_at": time.time(),
+            "data_sha256": hashlib.sha256(data).hexdigest(), "data_bytes": len(data),
+            "state_bytes": state_bytes,
+            "state_keys": {step["name"]: step["keys"] for step in stages["steps"]},
+            "stages": [stage.name for stage in self.plan.stages],
+        }
+        path = self._write_atomically(batch, data, manifest)
+        self.written_batch = batch
+        self._report(execution, len(data))
+        _LOGGER.info("streaming: checkpoint of batch %d written to %s (%d bytes, state %s)",
+                     batch, path, len(data), state_bytes)
+        return path
+
+    def _write_atomically(self, batch: int, data: bytes, manifest: Dict[str, Any]) -> str:
+        final = os.path.join(self.directory, checkpoint_name(batch))
+        temporary = os.path.join(self.directory, f"{_TEMPORARY}{checkpoint_name(batch)}"
+                                                 f"-{os.getpid()}")
+        shutil.rmtree(temporary, ignore_errors=True)
+        os.makedirs(temporary)
+        _write_synced(os.path.join(temporary, DATA), data)
+        _write_synced(os.path.join(temporary, MANIFEST),
+                      json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
+        if os.path.exists(final):  # the same batch again (e.g. resumed, stopped at once)
+            shutil.rmtree(final)
+        os.rename(temporary, final)
+        _sync_directory(self.directory)
+        for name in os.listdir(self.directory):
+            match = _NAME.match(name)
+            if (match and int(match.group(1)) < batch) or name.startswith(_TEMPORARY):
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        return final
+
+    def _report(self, execution: Any, total: int) -> None:
+        """Distribution ``checkpoint_bytes`` (step ``loop``): the size of each checkpoint."""
+        execution.metrics.add(pack([monitoring_infos.int64_user_distribution(
+            METRICS_NAMESPACE, "checkpoint_bytes", DistributionData(total, 1, total, total),
+            "loop")]))
+
+
+def _reindexed_residuals(snapshot: bytes, names_then: Dict[int, str],
+                         indexes_now: Dict[str, int]) -> bytes:
+    """Re-key ``CarriedResiduals.snapshot()`` (JSON, ``"stages": {"<stage index>": ...}``)
+    from the checkpointing driver's stage indexes to this one's, by stage name: the fused
+    stages' order may differ between drivers of one pipeline."""
+    data = json.loads(snapshot.decode("utf-8"))
+    data["stages"] = {str(indexes_now[names_then[int(index)]]): residuals
+                      for index, residuals in data.get("stages", {}).items()}
+    return json.dumps(data, sort_keys=True).encode("utf-8")
+
+
+def _write_synced(path: str, content: bytes) -> None:
+    with open(path, "wb") as file:
+        file.write(content)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _sync_directory(path: str) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
