@@ -7,6 +7,7 @@ timestamp, timing, index and first/last flags.
 
 from __future__ import annotations
 
+import pytest
 from apache_beam.testing import test_stream as streams
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import (
@@ -130,6 +131,34 @@ def test_early_firings_every_period_of_processing_time(make_pipeline):
                         index=1, is_first=False, is_last=False),
             pane_record("a", 7, window=(0, 60), timestamp=59.999999, timing="ON_TIME",
                         index=2, is_first=False, is_last=True),
+        ]))
+
+
+def test_an_early_firing_after_the_window_end_in_processing_time_is_early(
+        make_pipeline, runner_name, request):
+    """The watermark, not the clock, decides early vs on time (live data: clock past the end)."""
+    if runner_name == "DirectRunner":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "Beam 2.77's trigger driver hands a processing-time timer's wall-clock time to "
+            "the trigger as the watermark: the DirectRunner labels this early firing LATE and "
+            "closes the window; our SparkRunner passes the input watermark")))
+    stream = (streams.TestStream()
+              .advance_watermark_to(0)
+              .advance_processing_time(70)  # the clock is past the window's end (60 s)
+              .add_elements([at("a", 1, 1)])  # sets an early timer at clock 75
+              .advance_processing_time(10)  # EARLY pane: the watermark is still at 0
+              .add_elements([at("a", 2, 2)])
+              .advance_watermark_to(61)     # the watermark passes it: ON_TIME pane
+              .advance_watermark_to_infinity())
+    when = early_and_late_firings(early_every_seconds=5, late_every_count=None)
+    pipeline, panes = panes_of(make_pipeline, stream, what=sum, where=FixedWindows(60),
+                               when=when, how=How.ACCUMULATING)
+    with pipeline:
+        assert_that(panes, equal_to([
+            pane_record("a", 1, window=(0, 60), timestamp=59.999999, timing="EARLY",
+                        index=0, is_first=True, is_last=False),
+            pane_record("a", 3, window=(0, 60), timestamp=59.999999, timing="ON_TIME",
+                        index=1, is_first=False, is_last=True),
         ]))
 
 

@@ -135,15 +135,26 @@ def process_group_partition(spec: GroupSpec, components: SharedComponents, times
 
 def _fire_timers(driver: Any, state: Any, watermark: Timestamp,
                  processing_time: float) -> Iterator[Any]:
-    """Fire due timers earliest first, clearing each before it fires, until none is due."""
+    """Fire due timers, clearing each before it fires, until none is due.
+
+    Event-time timers fire first (earliest first), so a window the watermark has passed
+    gets its ON_TIME pane before any processing-time firing of the same batch. A
+    processing-time timer fires with the input *watermark* as the time the trigger sees:
+    Beam's ``GeneralTriggerDriver.process_timer`` hands the trigger the timer's own
+    timestamp, which for a processing-time timer is wall-clock time; compared with a
+    window's end in event time it labels an early firing ON_TIME or LATE whenever the clock
+    is past the window's end (every live stream: event time ~ wall clock). The trigger
+    only checks a processing-time timer's domain, never its time, so nothing else changes.
+    """
     for _ in range(MAX_TIMER_ROUNDS):
         due, _ = state.get_timers(watermark=watermark, processing_time=processing_time)
         if not due:
             return
-        due.sort(key=lambda fired: fired[1][2])
+        due.sort(key=lambda fired: (fired[1][1] != TimeDomain.WATERMARK, fired[1][2]))
         for window, (name, domain, timestamp, tag) in due:
             state.clear_timer(window, name, domain, dynamic_timer_tag=tag)
-            yield from driver.process_timer(window, name, domain, timestamp, state, watermark)
+            seen = watermark if domain == TimeDomain.REAL_TIME else timestamp
+            yield from driver.process_timer(window, name, domain, seen, state, watermark)
     raise RuntimeError(
         f"timers kept firing for {MAX_TIMER_ROUNDS} rounds at watermark {watermark}: "
         f"{state.get_timers(watermark=watermark, processing_time=processing_time)[0][:3]}")
