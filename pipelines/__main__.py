@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 JOBS = {
-    "team_scores": "per-team score sums, fixed windows, early/on-time/late panes (make run)",
+    "live": "make run: Kafka -> team_scores on Spark (streaming) -> Kafka, live leaderboard",
+    "team_scores": "per-team score sums, fixed windows, early/on-time/late panes (--source kafka)",
     "page_views": "views per page in sliding windows; failed or slow loads as alerts",
     "sensor_average": "mean per sensor over sliding windows or count windows",
     "generator": "write seeded events (JSON lines or CSV) with late and out-of-order records",

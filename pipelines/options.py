@@ -17,6 +17,10 @@ Where the input comes from (``--source``):
   input (batch; add ``--streaming`` to run the same bounded input in streaming mode).
 * ``replay``: read the files matching ``--input`` (JSON lines, as the generator writes
   them) and replay them by their ``arrival_time`` field, like ``generator``.
+* ``kafka``: read JSON events from ``--input_topic`` at ``--bootstrap_servers`` (unbounded,
+  streaming; ``--max_records N`` per partition or ``--bounded`` end the read), event time
+  from each event's ``timestamp`` field; panes also go to ``--output_topic`` and dead
+  letters to ``--dead_letter_topic`` when given (see :mod:`pipelines.kafka_events`).
 
 Example:
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import List, Optional, Sequence, Tuple
 
 from apache_beam.io.filesystems import FileSystems
@@ -42,7 +47,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 import runners.spark.options  # noqa: F401
 from runners.resolution import resolve_runner
 
-SOURCES = ("generator", "file", "replay")
+SOURCES = ("generator", "file", "replay", "kafka")
+#: Where --source kafka starts reading each partition.
+KAFKA_STARTS = ("earliest", "latest", "committed")
 FORMATS = ("json", "csv")
 #: File types --plot can write.
 PLOT_FORMATS = (".png", ".svg", ".pdf")
@@ -138,7 +145,8 @@ def job_parser(
     source.add_argument("--source", choices=SOURCES,
                         help="generator: generated events replayed as a stream (default without "
                         "--input); file: read --input as a bounded input (default with --input); "
-                        "replay: replay --input JSON lines by their arrival_time")
+                        "replay: replay --input JSON lines by their arrival_time; kafka: read "
+                        "--input_topic (default with --input_topic)")
     source.add_argument("--seed", type=int, default=42, help="generator seed (default: 42)")
     source.add_argument("--events", type=non_negative_int, default=events,
                         help=f"how many events to generate (default: {events})")
@@ -147,6 +155,29 @@ def job_parser(
                         "together (default: 1)")
     source.add_argument("--watermark_lag_seconds", type=non_negative_seconds, default=10.0,
                         help="replay watermark: newest event time seen minus this (default: 10)")
+
+    kafka = parser.add_argument_group("kafka (--source kafka)")
+    kafka.add_argument("--bootstrap_servers", metavar="HOST:PORT[,HOST:PORT]",
+                       help="the Kafka brokers (e.g. the one `make kafka` prints)")
+    kafka.add_argument("--input_topic", metavar="TOPIC",
+                       help="topic of JSON events (event time: their timestamp field)")
+    kafka.add_argument("--output_topic", metavar="TOPIC",
+                       help="also write every pane there, as JSON keyed by the pane's key")
+    kafka.add_argument("--dead_letter_topic", metavar="TOPIC",
+                       help="also write every dead letter there (original bytes; reason, "
+                       "source and Kafka coordinates as headers)")
+    kafka.add_argument("--start", choices=KAFKA_STARTS, default="earliest",
+                       help="where each partition starts (default: earliest; committed needs "
+                       "--group_id)")
+    kafka.add_argument("--group_id", metavar="GROUP",
+                       help="consumer group the read offsets are committed to")
+    kafka.add_argument("--max_records", type=positive_int, metavar="N",
+                       help="stop each partition after N records (default: unbounded)")
+    kafka.add_argument("--bounded", action="store_true",
+                       help="stop each partition at the end of its log as seen at start")
+    kafka.add_argument("--idle_timeout_seconds", type=positive_seconds, default=10.0,
+                       help="a partition with nothing new for this long stops holding the "
+                       "watermark back (default: 10)")
 
     model = parser.add_argument_group("windows and triggers")
     model.add_argument("--window_seconds", type=positive_seconds, default=float(window_seconds),
@@ -179,6 +210,12 @@ def job_parser(
     return parser
 
 
+def _is_beam_direct_runner(runner) -> bool:
+    from apache_beam.runners.direct.direct_runner import DirectRunner
+
+    return isinstance(runner, DirectRunner)
+
+
 def _unknown_beam_options(arguments: List[str]) -> List[str]:
     """The arguments neither the job nor Beam's PipelineOptions know."""
     options = PipelineOptions(arguments)
@@ -204,6 +241,31 @@ def _check_input(parser: argparse.ArgumentParser, pattern: str) -> None:
         parser.error(f"--input={pattern}: no file matches; check the path or glob")
 
 
+_KAFKA_OPTIONS = ("bootstrap_servers", "input_topic", "output_topic", "dead_letter_topic",
+                  "group_id", "max_records")
+
+
+def _check_kafka(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.source != "kafka":
+        given = [f"--{name}" for name in _KAFKA_OPTIONS if getattr(args, name) is not None]
+        given += ["--bounded"] if args.bounded else []
+        if given:
+            parser.error(f"{', '.join(given)}: Kafka options need --source kafka")
+        return
+    if not args.bootstrap_servers or not args.input_topic:
+        parser.error("--source kafka needs --bootstrap_servers HOST:PORT and --input_topic TOPIC")
+    if args.input:
+        parser.error("--input is read by --source file or replay, not by --source kafka")
+    if args.start == "committed" and not args.group_id:
+        parser.error("--start committed reads a consumer group's offsets: pass --group_id")
+    try:
+        from transforms.kafka.config import servers_list
+
+        servers_list(args.bootstrap_servers)
+    except ValueError as error:
+        parser.error(f"--bootstrap_servers: {error}")
+
+
 def parse_job_options(
     parser: argparse.ArgumentParser, argv: Optional[Sequence[str]] = None
 ) -> Tuple[argparse.Namespace, PipelineOptions]:
@@ -219,7 +281,8 @@ def parse_job_options(
         parser.error(f"unrecognized arguments: {' '.join(unknown)} "
                      "(neither this job's nor Beam's pipeline options; see --help)")
     if args.source is None:
-        args.source = "file" if args.input else "generator"
+        args.source = "file" if args.input else "kafka" if args.input_topic else "generator"
+    _check_kafka(parser, args)
     if args.source in ("file", "replay"):
         if not args.input:
             parser.error(f"--source={args.source} needs --input GLOB")
@@ -227,6 +290,9 @@ def parse_job_options(
     elif args.input:
         parser.error("--input is read by --source file or replay, not by --source generator")
     if args.plot is not None:
+        if args.source == "kafka":
+            parser.error("--plot draws a replayed stream; for Kafka, `python -m pipelines.live "
+                         "--plot FILE.png` draws the panes it saw (make run does)")
         if args.source == "file":
             parser.error("--plot draws a replayed stream (--source generator or replay); a "
                          "batch read of files has no processing time to draw")
@@ -253,11 +319,24 @@ def parse_job_options(
     args.runner = runner
 
     beam_options = PipelineOptions(rest)
-    if args.source in ("generator", "replay"):
-        # A replay is a TestStream: it needs the streaming execution mode.
+    if args.source in ("generator", "replay", "kafka"):
+        # A replay is a TestStream and a topic is a stream: both need the streaming mode.
         beam_options.view_as(StandardOptions).streaming = True
     if not beam_options.view_as(StandardOptions).streaming:
         # A batch reads a finished input at once: no processing time passes between elements,
         # and Beam's batch runner has no processing-time clock for such triggers at all.
+        args.early_seconds = 0.0
+    if (args.source == "kafka" and _is_beam_direct_runner(args.runner)
+            and args.max_records is None and not args.bounded):
+        parser.error("--source kafka on Beam's DirectRunner: it reads a topic to its end before "
+                     "anything downstream runs, so an unbounded read shows nothing; pass "
+                     "--max_records N or --bounded, or use --runner SparkRunner")
+    if args.source == "kafka" and _is_beam_direct_runner(args.runner) and args.early_seconds:
+        # Beam 2.77's DirectRunner hands a pipeline without TestStream to its FnApiRunner,
+        # which reads the Kafka partitions to their end (--max_records / --bounded) and has
+        # no processing-time clock for early firings (it would fail on them).
+        print(f"{parser.prog}: early firings disabled: Beam's DirectRunner runs a Kafka read "
+              "without a processing-time clock (use --runner SparkRunner for early panes)",
+              file=sys.stderr)
         args.early_seconds = 0.0
     return args, beam_options

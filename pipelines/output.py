@@ -28,10 +28,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
+import signal
 import sys
+import threading
 from typing import Any, Callable, Optional
 
 import apache_beam as beam
@@ -195,7 +198,8 @@ class WritePanes(beam.PTransform):
     ``value_name`` labels the value on the console (``sum=42``, ``views=7``, ``mean=21.50``).
     ``describe=False`` takes records that are already described (dicts of the same shape,
     such as count windows). ``copy_to`` also writes the described panes to that JSON-lines
-    file (for ``--plot``, which reads them after the run).
+    file (for ``--plot``, which reads them after the run). Returns the described panes, so
+    that a job can write them elsewhere too.
     """
 
     def __init__(self, output: Optional[str], value_name: str = "value", describe: bool = True,
@@ -211,10 +215,13 @@ class WritePanes(beam.PTransform):
         if self._copy_to:
             _ = described | "CopyForPlot" >> WriteJsonLines(self._copy_to, "plotted_panes")
         if self._output:
-            return described | "WriteFile" >> WriteJsonLines(output_path(self._output), "panes")
-        value_name = self._value_name
-        return described | "Print" >> beam.ParDo(
-            _PrintFn(lambda record: format_pane(record, value_name), "panes"))
+            _ = described | "WriteFile" >> WriteJsonLines(output_path(self._output), "panes")
+        else:
+            value_name = self._value_name
+            _ = described | "Print" >> beam.ParDo(
+                _PrintFn(lambda record: format_pane(record, value_name), "panes"))
+        # The described panes, for more sinks (e.g. a Kafka topic).
+        return described
 
 
 class WriteDeadLetters(beam.PTransform):
@@ -254,20 +261,52 @@ def run_to_completion(pipeline: beam.Pipeline, job: str, note: Optional[str] = N
                       ) -> PipelineResult:
     """Run ``pipeline``, wait for it to finish, and report its counters on stderr (batch only).
 
-    ``note`` (e.g. what a replay will do) is printed to stderr first.
+    ``note`` (e.g. what a replay will do) is printed to stderr first. Ctrl-C (SIGINT) or
+    SIGTERM while waiting cancels the run (an unbounded Kafka job ends that way) and returns
+    its result; during a run that blocks in ``run()`` it exits with code 130.
 
     Streaming runs report no counter summary: Beam's DirectRunner in streaming mode (2.77)
     reports only each step's last bundle, and a wrong number is worse than none.
     """
     if note:
         print(f"{job}: {note}", file=sys.stderr, flush=True)
-    result = pipeline.run()
-    result.wait_until_finish()
+    with _stop_on_signals():
+        try:
+            result = pipeline.run()
+        except KeyboardInterrupt:
+            # A runner that runs the pipeline inside run() (Beam's DirectRunner).
+            print(f"{job}: stopped (interrupted)", file=sys.stderr, flush=True)
+            raise SystemExit(130) from None
+        try:
+            result.wait_until_finish()
+        except KeyboardInterrupt:
+            # An unbounded job ends here: cancel the run, so the runner stops what it started.
+            state = result.cancel()
+            print(f"{job}: stopped (interrupted); the pipeline is {state}", file=sys.stderr,
+                  flush=True)
+            return result
     if not pipeline.options.view_as(StandardOptions).streaming:
         summary = summarize(result)
         if summary:
             print(f"{job} finished: {summary}", file=sys.stderr)
     return result
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGTERM interrupts like Ctrl-C (SIGINT) while a job runs, in the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signal, _frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def summarize(result: PipelineResult) -> str:

@@ -65,8 +65,14 @@ def _clock_axis(axis, origin: float) -> None:
 
 
 def draw_pane_diagram(diagram: PaneDiagram, path: str, *, title: str = "panes",
-                      value_label: str = "value", annotate: bool = True) -> str:
-    """Draw ``diagram`` to ``path`` (PNG, SVG or PDF by extension); return ``path``."""
+                      value_label: str = "value", annotate: bool = True,
+                      fire_time_label: Optional[str] = None,
+                      xlabel: str = "processing time (s since the replay began)") -> str:
+    """Draw ``diagram`` to ``path`` (PNG, SVG or PDF by extension); return ``path``.
+
+    ``fire_time_label`` replaces the legend's note on how fire times are known (a live run
+    observes them rather than infers them).
+    """
     pyplot = _pyplot()
     figure, axes = pyplot.subplots(figsize=(12, 8), dpi=100)
     # Event times are large numbers (seconds since the epoch): plot them relative to an origin.
@@ -94,8 +100,8 @@ def draw_pane_diagram(diagram: PaneDiagram, path: str, *, title: str = "panes",
         ys = [mark.window[0] - origin + (mark.window[1] - mark.window[0])
               * (lanes[mark.key] + 1) / (len(lanes) + 1) for mark in marks]
         exact = all(mark.exact for mark in marks)
-        label = f"{timing} pane" + (" (fire time exact)" if exact else
-                                    " (fired within its bar)")
+        label = f"{timing} pane " + (fire_time_label or ("(fire time exact)" if exact else
+                                                          "(fired within its bar)"))
         axes.scatter([mark.fire_time for mark in marks], ys, marker=marker, color=colour, s=40,
                      label=label, zorder=4, edgecolors="black", linewidths=0.5)
         for mark, y in zip(marks, ys):
@@ -109,7 +115,7 @@ def draw_pane_diagram(diagram: PaneDiagram, path: str, *, title: str = "panes",
     unplaced = len(diagram.panes) - len(placed)
     axes.set_title(f"{title}: {len(placed)} panes"
                    + (f", {unplaced} not placed (no tick matches their value)" if unplaced else ""))
-    axes.set_xlabel("processing time (s since the replay began)")
+    axes.set_xlabel(xlabel)
     axes.set_ylabel("event time (UTC; windows as bands, one lane per key)")
     _clock_axis(axes.yaxis, origin)
     axes.set_xlim(left=min([0.0] + [p.arrival for p in diagram.inputs]) - 1,
@@ -122,18 +128,20 @@ def draw_pane_diagram(diagram: PaneDiagram, path: str, *, title: str = "panes",
     return path
 
 
-def draw_throughput(batches: Sequence[BatchRecord], path: str, *, title: str = "run") -> str:
+def draw_throughput(batches: Sequence[BatchRecord], path: str, *, title: str = "run",
+                    events_label: str = "events per batch",
+                    lag_label: str = "watermark lag (s)\nnewest event time - watermark") -> str:
     """Draw events per batch and watermark lag over the run to ``path``; return ``path``."""
     pyplot = _pyplot()
     figure, (top, bottom) = pyplot.subplots(2, 1, figsize=(10, 6), dpi=100, sharex=True)
     times = [batch.time for batch in batches]
     top.bar(times, [batch.events for batch in batches], width=0.8, color="#0072b2")
-    top.set_ylabel("events per batch")
+    top.set_ylabel(events_label)
     top.set_title(f"{title}: throughput and watermark lag")
     lags = [(time, lag) for time, lag in watermark_lag(batches) if lag is not None]
     bottom.step([t for t, _ in lags], [lag for _, lag in lags], where="post", color="#009e73")
     bottom.set_ylim(bottom=0, top=max([lag for _, lag in lags] + [1.0]) * 1.2)
-    bottom.set_ylabel("watermark lag (s)\nnewest event time - watermark")
+    bottom.set_ylabel(lag_label)
     bottom.set_xlabel("processing time (s since the run began)")
     for axes in (top, bottom):
         axes.grid(True, alpha=0.3)

@@ -9,8 +9,9 @@ The four questions, answered:
   late event, for up to ``--allowed_lateness`` seconds (later data is dropped and counted).
 * **How**: accumulating: each pane carries the window's whole total so far.
 
-The graph: ``ReadEvents`` (generator replay or files; JSON or CSV; bad records to dead
-letters) -> :class:`TeamScores` -> ``WritePanes`` (+ ``WriteDeadLetters``).
+The graph: ``ReadEvents`` (generator replay, files, or a Kafka topic; JSON or CSV; bad
+records to dead letters) -> :class:`TeamScores` -> ``WritePanes`` (+ ``WriteDeadLetters``;
+with Kafka, panes also to ``--output_topic`` and dead letters to ``--dead_letter_topic``).
 
 Run it (``make run`` does the first)::
 
@@ -19,6 +20,8 @@ Run it (``make run`` does the first)::
     python -m pipelines.generator --kind game --events 500 --output game.jsonl
     python -m pipelines.team_scores --input game.jsonl --output out/team_scores
     python -m pipelines.team_scores --input game.jsonl --source replay --runner SparkRunner
+    python -m pipelines.team_scores --source kafka --bootstrap_servers 127.0.0.1:9092 \
+        --input_topic game-events --output_topic team-scores --runner SparkRunner
 
 Example (the composite on typed events):
 
@@ -39,6 +42,7 @@ import apache_beam as beam
 from apache_beam.runners.runner import PipelineResult
 
 from pipelines.events import GameEvent
+from pipelines.kafka_events import ReadKafkaEvents, WritePanesToKafka
 from pipelines.options import job_parser, parse_job_options
 from pipelines.output import WriteDeadLetters, WritePanes, WriteRecords, run_to_completion
 from pipelines.plots import job_plot, report_pictures
@@ -104,6 +108,20 @@ class TeamScores(beam.PTransform):
         return sums
 
 
+def _events_reader(args) -> beam.PTransform:
+    """The job's input as its options select it: Kafka, or generated / replayed / files."""
+    if args.source == "kafka":
+        return ReadKafkaEvents(
+            GameEvent, args.bootstrap_servers, args.input_topic, start=args.start,
+            group_id=args.group_id, max_records=args.max_records, bounded=args.bounded,
+            idle_timeout_seconds=args.idle_timeout_seconds,
+            dead_letter_topic=args.dead_letter_topic)
+    return ReadEvents(
+        GameEvent, kind="game", source=args.source, input=args.input, format=args.format,
+        csv_columns=args.csv_columns, events=args.events, seed=args.seed,
+        tick_seconds=args.tick_seconds, watermark_lag_seconds=args.watermark_lag_seconds)
+
+
 def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
     """Parse ``argv`` (default: the command line), run the job to completion, return its result."""
     parser = job_parser(
@@ -114,21 +132,22 @@ def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
     args, beam_options = parse_job_options(parser, argv)
     pipeline = beam.Pipeline(runner=args.runner, options=beam_options)
     try:
-        events_reader = ReadEvents(
-            GameEvent, kind="game", source=args.source, input=args.input, format=args.format,
-            csv_columns=args.csv_columns, events=args.events, seed=args.seed,
-            tick_seconds=args.tick_seconds, watermark_lag_seconds=args.watermark_lag_seconds)
+        events_reader = _events_reader(args)
         events = pipeline | "ReadEvents" >> events_reader
         team_scores = TeamScores(args.window_seconds, args.early_seconds, args.allowed_lateness)
         scores = events.parsed | "TeamScores" >> team_scores
+        panes_to_kafka = (WritePanesToKafka(args.bootstrap_servers, args.output_topic)
+                          if args.source == "kafka" and args.output_topic else None)
     except (ValueError, TypeError) as error:
         parser.error(str(error))
     plot = job_plot(args, kind="game", event_type=GameEvent,
                     pairs=lambda event: [(event.team, event.score)],
                     window_fn=fixed_windows(args.window_seconds), combine_fn=SumFn(),
                     title="team_scores", value_label="sum")
-    _ = scores | "WritePanes" >> WritePanes(args.output, value_name="sum",
-                                            copy_to=plot and plot.panes_path)
+    panes = scores | "WritePanes" >> WritePanes(args.output, value_name="sum",
+                                                copy_to=plot and plot.panes_path)
+    if panes_to_kafka is not None:
+        _ = panes | "PanesToKafka" >> panes_to_kafka
     _ = events.dead_letter | "WriteDeadLetters" >> WriteDeadLetters(args.output)
     _ = team_scores.dropped | "WriteDropped" >> WriteRecords(args.output, "dropped")
     return report_pictures("team_scores", args, pipeline, plot, lambda: run_to_completion(

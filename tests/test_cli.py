@@ -70,12 +70,39 @@ def test_an_input_file_is_read_as_a_batch_and_beam_options_pass_through(tmp_path
     (["--source", "file"], "--source=file needs --input"),
     (["--runner", "NoSuchRunner"], "--runner=NoSuchRunner"),
     (["--csv_columns", "a,b"], "--csv_columns applies to --format csv only"),
+    (["--source", "kafka", "--input_topic", "t"], "--source kafka needs --bootstrap_servers"),
+    (["--bootstrap_servers", "h:1", "--input_topic", "t", "--bootstrap_servers", "nohost"],
+     "is not host:port"),
+    (["--output_topic", "panes"], "--output_topic: Kafka options need --source kafka"),
+    (["--input_topic", "t", "--bootstrap_servers", "h:1", "--start", "committed"],
+     "--start committed reads a consumer group's offsets: pass --group_id"),
+    (["--input_topic", "t", "--bootstrap_servers", "h:1", "--max_records", "0"],
+     "argument --max_records: '0' must be greater than 0"),
+    (["--input_topic", "t", "--bootstrap_servers", "h:1", "--plot", "x.png"],
+     "python -m pipelines.live"),
+    (["--input_topic", "t", "--bootstrap_servers", "h:1"], "pass --max_records N or --bounded"),
 ])
 def test_bad_options_exit_2_with_a_message(capsys, arguments, message):
     with pytest.raises(SystemExit) as exit_info:
         parse_job_options(_parser(), arguments)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_input_topic_selects_the_kafka_source_in_streaming_mode(capsys):
+    args, beam_options = parse_job_options(_parser(), [
+        "--input_topic", "events", "--bootstrap_servers", "127.0.0.1:9092",
+        "--output_topic", "panes", "--max_records", "10"])
+    assert (args.source, args.input_topic, args.output_topic, args.max_records) == (
+        "kafka", "events", "panes", 10)
+    assert (args.start, args.idle_timeout_seconds, args.bounded) == ("earliest", 10.0, False)
+    assert beam_options.view_as(StandardOptions).streaming
+    # Beam's DirectRunner runs a Kafka read without a processing-time clock: no early panes.
+    assert args.early_seconds == 0 and "early firings disabled" in capsys.readouterr().err
+    args, _ = parse_job_options(_parser(), [
+        "--input_topic", "events", "--bootstrap_servers", "127.0.0.1:9092",
+        "--runner", "SparkRunner"])
+    assert args.early_seconds == 20
 
 
 def test_help_lists_the_options_and_a_bad_option_exits_2():

@@ -219,3 +219,117 @@ def test_float_values_match_within_rounding():
         combine_fn=MeanCombineFn(), tick_seconds=1)
     assert (0.1 + 0.2) / 2 != 0.15  # the pane value and the recomputed mean differ in the last bit
     assert diagram.panes[0].fire_time == 1.0
+
+
+# ---- the pictures of a live run (make run): observed panes, the runner's batch report ----
+
+from pipelines.live_pictures import live_pane_diagram, report_batches  # noqa: E402
+from pipelines.streaming_report import ReportTail  # noqa: E402
+
+
+def _report_line(batch, at, elements, watermark):
+    """A line as the SparkRunner's --streaming_report writes it (a subset of its fields)."""
+    lag = None if watermark is None else at - watermark
+    return json.dumps({"batch": batch, "time": at + 0.2, "clock": at, "input_elements": elements,
+                       "rate": float(elements), "millis": 150,
+                       "output_watermarks": {"Group": watermark},
+                       "watermark_lag_seconds": lag}) + "\n"
+
+
+def test_the_streaming_report_is_read_as_it_grows(tmp_path):
+    path = tmp_path / "report.jsonl"
+    tail = ReportTail(str(path))
+    assert tail.read() == []  # not written yet
+    first, second = _report_line(0, 100.0, 7, None), _report_line(1, 101.0, 5, 97.0)
+    path.write_text(first + second[:20])  # the second line is torn mid-write
+    assert [(b.batch, b.watermark, b.lag) for b in tail.read()] == [(0, None, None)]
+    with open(path, "a") as handle:
+        handle.write(second[20:] + "not json\n")
+    assert [(b.batch, b.input_elements, b.watermark, b.lag) for b in tail.read()] == [
+        (1, 5, 97.0, 4.0)]
+    assert tail.read() == []
+
+
+def _live_run():
+    lines = [_report_line(0, 100.0, 30, None), _report_line(1, 101.0, 12, 95.0),
+             _report_line(2, 102.0, 20, 99.5)]
+    from pipelines.streaming_report import parse_report_line
+
+    reports = [parse_report_line(line) for line in lines]
+    sent = [(100.5, _game(96.0, 0, "red", 2)), (101.5, _game(96.5, 0, "blue", 3)),
+            (101.6, _game(90.0, 0, "red", 5)),   # behind the watermark (95) when sent: late
+            (101.8, _game(101.0, 0, "red", 1))]
+    window = {"start": 90.0, "end": 100.0}
+    panes = [(101.2, {"key": "red", "value": 2, "window": window,
+                      "pane": {"timing": "EARLY", "index": 0}}),
+             (102.3, {"key": "red", "value": 2, "window": window,
+                      "pane": {"timing": "ON_TIME", "index": 1}}),
+             (102.4, {"key": "blue", "value": 3, "window": window,
+                      "pane": {"timing": "ON_TIME", "index": 0}}),
+             (102.6, {"key": "red", "value": 7, "window": window,
+                      "pane": {"timing": "LATE", "index": 2}})]
+    return sent, panes, reports
+
+
+def test_the_live_pane_diagram_draws_what_was_sent_seen_and_reported():
+    sent, panes, reports = _live_run()
+    diagram = live_pane_diagram(sent, panes, reports, started=100.0)
+    assert [(round(point.arrival, 3), point.event_time, point.late) for point in diagram.inputs] == [
+        (0.5, 96.0, False), (1.5, 96.5, False), (1.6, 90.0, True), (1.8, 101.0, False)]
+    # The watermark of each batch, at the time the batch ended (None: not drawn).
+    assert diagram.watermark == [(pytest.approx(1.2), 95.0), (pytest.approx(2.2), 99.5)]
+    assert [(mark.key, mark.timing, mark.index, round(mark.fire_time, 1), mark.value)
+            for mark in diagram.panes] == [("red", "EARLY", 0, 1.2, 2), ("red", "ON_TIME", 1, 2.3, 2),
+                                           ("blue", "ON_TIME", 0, 2.4, 3), ("red", "LATE", 2, 2.6, 7)]
+    assert diagram.windows == [(90.0, 100.0)] and diagram.keys == ["blue", "red"]
+    batches = report_batches(reports, started=100.0)
+    assert [(round(b.time, 1), b.events) for b in batches] == [(0.2, 30), (1.2, 12), (2.2, 20)]
+    # The figure's lag: wall time at the end of the batch - watermark.
+    assert [lag for _, lag in watermark_lag(batches)] == [None, pytest.approx(6.2),
+                                                          pytest.approx(2.7)]
+
+
+def test_the_live_figures_are_real_pictures(tmp_path):
+    from pipelines.live_pictures import draw_live_pictures
+
+    sent, panes, reports = _live_run()
+
+    class _Producer:  # what draw_live_pictures reads of the producer
+        pass
+
+    producer = _Producer()
+    producer.sent = sent
+    path = tmp_path / "live.png"
+    files = draw_live_pictures(str(path), producer, panes, reports, started=100.0)
+    assert files == [str(path), str(tmp_path / "live-throughput.png")]
+    diagram, throughput = _read_png(files[0]), _read_png(files[1])
+    assert diagram.shape[:2] == (800, 1200) and throughput.shape[:2] == (600, 1000)
+    for pixels in (diagram, throughput):
+        assert (pixels < 0.95).any(axis=2).mean() > 0.01  # not blank
+    for timing in ("ON_TIME", "LATE", "EARLY"):
+        assert _has_colour(diagram, TIMING_STYLE[timing][1]), timing
+    assert _has_colour(diagram, "#cc0000")  # the late input
+    assert _has_colour(throughput, "#0072b2") and _has_colour(throughput, "#009e73")
+
+
+def test_the_benchmark_figure_draws_the_results_files(tmp_path):
+    from pipelines.bench_figure import draw_benchmarks, read_results, throughputs
+
+    results = tmp_path / "run.jsonl"
+    rows = [{"workload": "global_sum", "engine": engine, "status": "ok", "agrees": True,
+             "events": 1000, "events_per_second": rate, "run_id": "r1"}
+            for engine, rate in (("spark", 500.0), ("direct", 800.0), ("pyspark", 2000.0))]
+    rows.append({**rows[0], "agrees": False, "events_per_second": 9e9})  # a wrong answer
+    rows.append({**rows[0], "events": 10, "events_per_second": 1.0})     # another size
+    rows.append({"kind": "ratio", "workload": "global_sum", "ratio": "spark/direct"})
+    results.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    records = read_results([str(results)])
+    assert throughputs(records, events=1000) == {
+        "global_sum": {"spark": [500.0], "direct": [800.0], "pyspark": [2000.0]}}
+    path = tmp_path / "bench.png"
+    assert draw_benchmarks(records, str(path)) == str(path)
+    pixels = _read_png(path)
+    assert pixels.shape[:2] == (500, 1000)
+    assert _has_colour(pixels, "#0072b2") and _has_colour(pixels, "#009e73")
+    with pytest.raises(ValueError, match="no good benchmark run of 5 events"):
+        draw_benchmarks(records, str(path), events=5)
