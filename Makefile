@@ -5,8 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k sessions -x"`.
 PYTEST_ARGS ?=
-# Options for the main job run by `make run`, e.g. `make run RUN_ARGS="--runner=SparkRunner"`.
+# Options for `make run` (python -m pipelines.live), e.g. `make run RUN_ARGS="--rate 50"`.
 RUN_ARGS ?=
+# Seconds `make run` streams after Spark's first micro-batch, e.g. `make run DURATION=20`.
+DURATION ?= 60
 # Options for the benchmarks, e.g. `make bench BENCH_ARGS="--events 1000000"`.
 BENCH_ARGS ?=
 # Where `make spark-cluster` keeps the standalone cluster's URL and PIDs.
@@ -15,7 +17,7 @@ CLUSTER_DIR ?= .spark-cluster
 KAFKA_BROKER ?= noida
 KAFKA_DIR ?= .kafka-broker
 
-.PHONY: install check-java test test-kafka run bench bench-full spark-cluster spark-cluster-stop \
+.PHONY: install check-java test test-kafka run bench bench-full bench-streaming spark-cluster spark-cluster-stop \
         spark-cluster-status kafka kafka-stop kafka-status job-server graphviz clean
 
 install: check-java $(STAMP)
@@ -42,21 +44,27 @@ check-java:
 # Every test on the $(KAFKA_BROKER) broker, then the Kafka tests once more on the other one.
 test: install
 	KAFKA_BROKER=$(KAFKA_BROKER) $(PY) -m pytest $(PYTEST_ARGS)
-	KAFKA_BROKER=$(if $(filter noida,$(KAFKA_BROKER)),tansu,noida) $(PY) -m pytest tests/test_kafka_*.py $(PYTEST_ARGS)
+	KAFKA_BROKER=$(if $(filter noida,$(KAFKA_BROKER)),tansu,noida) $(PY) -m pytest -m kafka $(PYTEST_ARGS)
 
 # The Kafka tests alone, once per broker.
 test-kafka: install
-	KAFKA_BROKER=noida $(PY) -m pytest tests/test_kafka_*.py $(PYTEST_ARGS)
-	KAFKA_BROKER=tansu $(PY) -m pytest tests/test_kafka_*.py $(PYTEST_ARGS)
+	KAFKA_BROKER=noida $(PY) -m pytest -m kafka $(PYTEST_ARGS)
+	KAFKA_BROKER=tansu $(PY) -m pytest -m kafka $(PYTEST_ARGS)
 
+# The live demo: embedded Kafka, a producer of game events, team_scores on the SparkRunner in
+# streaming, a live leaderboard; then a summary and out/live.png, out/live-throughput.png.
 run: install
-	$(PY) -m pipelines.team_scores $(RUN_ARGS)
+	$(PY) -m pipelines.live --duration $(DURATION) --plot out/live.png $(RUN_ARGS)
 
 bench: install
 	$(PY) -m bench $(BENCH_ARGS)
 
 bench-full: install
 	$(PY) -m bench --events 1000000 $(BENCH_ARGS)
+
+# Streaming: sustained events/s and per-batch latency of a keyed windowed sum on local[2].
+bench-streaming: install
+	$(PY) -m bench.streaming $(BENCH_ARGS)
 
 # A Spark standalone master and one worker on 127.0.0.1 (free ports), from pyspark's own
 # Spark distribution; prints the spark:// URL to pass as --spark_master_url.

@@ -37,6 +37,15 @@ def broker_kind() -> str:
     return kind
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark ``kafka`` every test of a ``test_kafka_*`` file and every test that uses the
+    session's broker: ``make test`` re-runs them (``-m kafka``) on the second broker."""
+    for item in items:
+        if (item.path.name.startswith("test_kafka_")
+                or "kafka_broker" in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kafka)
+
+
 @pytest.fixture(scope="session")
 def kafka_broker():
     """The session's embedded broker (stopped, by PID, at the end of the session)."""
