@@ -7,7 +7,9 @@ elements, keyed by their encoded key, and the step's state RDD (one encoded blob
 partition) are partitioned together by ``crc32`` of the key, so each key meets its own state
 in one task (:mod:`~runners.spark.streaming.grouping`, :mod:`~runners.spark.streaming.
 stateful`). That result is locally checkpointed (lineage stays one batch long), its
-metadata collected (a Spark job), and its new state becomes the next batch's state RDD.
+report collected (watermark holds, state size; a Spark job, shared with the batch's sinks
+when nothing downstream needs it sooner: :mod:`~runners.spark.streaming.batch_end`), and
+its new state becomes the next batch's state RDD.
 
 Why state as a partitioned RDD re-shuffled with each batch, rather than Spark's
 ``mapWithState``-style cogroup: PySpark has neither ``zipPartitions`` nor a partitioner-
@@ -40,79 +42,11 @@ from runners.spark.planning import (
     StageSpec,
 )
 from runners.spark.streaming import coders as _coders  # noqa: F401 (registers the coder)
+from runners.spark.streaming.batch_end import BatchEnd, DeferredStep, urgent_groups
 from runners.spark.streaming.grouping import BatchTimes, process_group_partition
+from runners.spark.streaming.keyed_step import KeyedStep
 from runners.spark.streaming.stateful import process_stateful_partition
 from runners.spark.streaming.unbounded import CarriedResiduals
-
-
-class KeyedStep:
-    """A GroupByKey or stateful stage across batches: its state RDD and watermarks."""
-
-    def __init__(self, name: str, empty_state: Any) -> None:
-        self.name = name
-        self.state = empty_state
-        self.input_watermark = MIN_TIMESTAMP
-        self.output_watermark = MIN_TIMESTAMP
-        self.hold = MAX_TIMESTAMP
-        self.keys = 0  # keys (or state cells and timers) held
-        self.state_bytes = 0  # encoded state held
-        self.inputs = 0  # elements received in the last batch
-        self.outputs = 0  # elements emitted in the last batch
-        self.clock: Optional[float] = None
-        self.next_processing_timer: Optional[float] = None
-        self._result: Any = None
-
-    def is_idle(self, input_empty: bool, input_watermark: Timestamp, clock: float) -> bool:
-        """Nothing to do this batch: no input, and no state or nothing that can fire."""
-        return input_empty and (self.keys == 0 or (
-            input_watermark == self.input_watermark and clock == self.clock))
-
-    def skip(self, input_watermark: Timestamp, clock: float) -> None:
-        self.input_watermark = input_watermark
-        self.output_watermark = min(input_watermark, self.hold)
-        self.inputs = self.outputs = 0
-        self.clock = clock
-
-    def advance(self, result: Any, metas: List[Dict[str, Any]], input_watermark: Timestamp,
-                holds: bool, clock: float) -> None:
-        if self._result is not None:
-            self._result.unpersist(blocking=False)
-        self._result = result
-        self.state = result.filter(_is_kind_state).map(_payload)
-        self.input_watermark = input_watermark
-        self.hold = min((Timestamp(micros=meta["hold"]) for meta in metas
-                         if holds and meta["hold"] is not None), default=MAX_TIMESTAMP)
-        self.output_watermark = min(input_watermark, self.hold)
-        self.keys = sum(meta["keys"] for meta in metas)
-        self.inputs = sum(meta["inputs"] for meta in metas)
-        self.outputs = sum(meta["outputs"] for meta in metas)
-        self.clock = clock
-        pending = [meta["next_processing_timer"] for meta in metas
-                   if meta["next_processing_timer"] is not None]
-        self.next_processing_timer = min(pending) if pending else None
-
-    def release(self) -> None:
-        if self._result is not None:
-            self._result.unpersist(blocking=False)
-
-    def snapshot(self) -> Dict[str, Any]:
-        """The step's watermarks, hold and clock as plain data (its state RDD is collected
-        by :meth:`BatchStages.snapshot`), for a checkpoint."""
-        return {"name": self.name, "input_watermark": self.input_watermark.micros,
-                "output_watermark": self.output_watermark.micros, "hold": self.hold.micros,
-                "keys": self.keys, "state_bytes": self.state_bytes,
-                "clock": self.clock, "next_processing_timer": self.next_processing_timer}
-
-    def restore(self, snapshot: Dict[str, Any], state: Any) -> None:
-        """Resume from :meth:`snapshot`, with ``state`` the RDD of its state records."""
-        self.state = state
-        self.input_watermark = Timestamp(micros=snapshot["input_watermark"])
-        self.output_watermark = Timestamp(micros=snapshot["output_watermark"])
-        self.hold = Timestamp(micros=snapshot["hold"])
-        self.keys = snapshot["keys"]
-        self.state_bytes = snapshot["state_bytes"]
-        self.clock = snapshot["clock"]
-        self.next_processing_timer = snapshot["next_processing_timer"]
 
 
 class BatchStages:
@@ -150,6 +84,9 @@ class BatchStages:
         #: Residuals of splittable DoFns, carried to the next batch.
         self.unbounded = CarriedResiduals(spark_context, parallelism)
         self._batch_persisted: List[Any] = []
+        self._batch_end = BatchEnd()
+        #: GroupByKeys reported at once (a later stage needs their watermark this batch).
+        self._urgent = urgent_groups(plan, self.unbounded.reads)
         self._impulse_done = False
         self._broadcasts: List[Any] = []  # side input tables, freed at the end of each batch
 
@@ -181,7 +118,6 @@ class BatchStages:
         """
         written: Dict[bytes, List[Any]] = {}
         empty: Dict[bytes, bool] = {}
-        sinks: List[Any] = []
         self.unbounded.next_batch()
         for stage in self.plan.stages:
             if stage.kind == TEST_STREAM_STAGE:
@@ -219,11 +155,9 @@ class BatchStages:
                 if not output_empty:
                     self._remember_side_input(buffer_id, chunks)
             if not readers and not output_empty:
-                sinks.append(rdd)
+                self._batch_end.sinks.append(rdd)
         self._impulse_done = True
-        if sinks:
-            union = sinks[0] if len(sinks) == 1 else self.sc.union(sinks)
-            union.foreachPartition(_drain)
+        self._finish_batch(source_watermarks)
         self._collect_side_inputs(list(self._side_pending))  # before their inputs are freed
         for rdd in self._batch_persisted:
             rdd.unpersist(blocking=False)
@@ -231,6 +165,23 @@ class BatchStages:
         for broadcast in self._broadcasts:
             broadcast.unpersist()
         self._broadcasts = []
+
+    def _finish_batch(self, source_watermarks: Dict[bytes, Timestamp]) -> None:
+        """Write the sinks and report the deferred steps (one Spark job); then the stages
+        after a deferred GroupByKey see its new output watermark."""
+        finished = self._batch_end.finish(self.sc, _report_of, _is_not_kind_out,
+                                          self.parallelism)
+        for deferred, reports in finished:
+            self._advance(deferred.step, deferred.result, reports, deferred.input_watermark,
+                          deferred.holds, deferred.clock)
+        if any(deferred.holds for deferred, _ in finished):
+            for stage in self.plan.stages:
+                if stage.kind != TEST_STREAM_STAGE:
+                    input_watermark = min(
+                        (self.buffer_watermark(spec.buffer_id, source_watermarks)
+                         for spec in stage.inputs), default=MAX_TIMESTAMP)
+                    self.stage_watermarks[stage.index] = self._stage_output_watermark(
+                        stage, input_watermark)
 
     def _stage_output_watermark(self, stage: StageSpec, input_watermark: Timestamp) -> Timestamp:
         if self.unbounded.reads(stage):  # held by the residuals' watermarks
@@ -277,9 +228,10 @@ class BatchStages:
         keyed = rdd.mapPartitions(functools.partial(
             _keyed_elements, group.input_coder_id, self.components, None))
         run = functools.partial(process_group_partition, group, self.components)
-        result = self._keyed_batch(step, keyed, is_empty, writers_watermark, clock, run,
-                                   holds=True)
-        if result is None or not step.outputs:
+        result, output_empty = self._keyed_batch(step, keyed, is_empty, writers_watermark,
+                                                 clock, run, holds=True,
+                                                 defer=buffer_id not in self._urgent)
+        if output_empty:
             return self.sc.emptyRDD(), True
         return result.filter(_is_kind_out).map(_payload), False
 
@@ -290,12 +242,17 @@ class BatchStages:
 
     def _keyed_batch(self, step: KeyedStep, keyed: Any, input_empty: bool,
                      upstream_watermark: Timestamp, clock: float, run: Any,
-                     holds: bool) -> Optional[Any]:
-        """Run a keyed step over the batch with its state; None when it had nothing to do."""
+                     holds: bool, defer: bool) -> Tuple[Any, bool]:
+        """Run a keyed step over the batch with its state: (its result, or None when it had
+        nothing to do; whether its output is known to be empty).
+
+        A deferred step is reported at the end of the batch (:meth:`_finish_batch`); until
+        then its output watermark is its input watermark if it holds none.
+        """
         new_input = max(step.input_watermark, upstream_watermark)
         if step.is_idle(input_empty, new_input, clock):
             step.skip(new_input, clock)
-            return None
+            return None, True
         times = BatchTimes(step.input_watermark.micros, step.output_watermark.micros,
                            new_input.micros, clock)
         records = self.sc.union([step.state, keyed]).partitionBy(
@@ -303,11 +260,21 @@ class BatchStages:
         result = records.mapPartitionsWithIndex(functools.partial(run, times))
         result = result.persist(StorageLevel.MEMORY_AND_DISK)
         result.localCheckpoint()
+        if defer:
+            self._batch_end.steps.append(DeferredStep(step, result, new_input, holds, clock))
+            if not holds:
+                step.input_watermark = step.output_watermark = new_input
+            return result, False
         reports = result.filter(_is_not_kind_out).map(_report_of).collect()
+        self._advance(step, result, reports, new_input, holds, clock)
+        return result, not step.outputs
+
+    @staticmethod
+    def _advance(step: KeyedStep, result: Any, reports: List[Any], input_watermark: Timestamp,
+                 holds: bool, clock: float) -> None:
         metas = [payload for kind, payload in reports if kind == "meta"]
-        step.advance(result, metas, new_input, holds, clock)
+        step.advance(result, metas, input_watermark, holds, clock)
         step.state_bytes = sum(payload for kind, payload in reports if kind == "state")
-        return result
 
     def _run_stage(self, stage: StageSpec, sources, inputs_empty: bool,
                    input_watermark: Timestamp, clock: float) -> Tuple[Any, bool]:
@@ -331,9 +298,10 @@ class BatchStages:
                 for index, spec, rdd in sources]
             union = keyed[0] if len(keyed) == 1 else self.sc.union(keyed)
             run = functools.partial(process_stateful_partition, task)
-            result = self._keyed_batch(step, union, inputs_empty, input_watermark, clock, run,
-                                       holds=False)
-            if result is None or not step.outputs:
+            result, output_empty = self._keyed_batch(step, union, inputs_empty,
+                                                     input_watermark, clock, run,
+                                                     holds=False, defer=True)
+            if output_empty:
                 return self.sc.emptyRDD(), True
             return result.filter(_is_kind_out).map(_payload), False
         if self.unbounded.reads(stage):
@@ -451,10 +419,6 @@ def _is_kind_out(record) -> bool:
     return record[0] == "out"
 
 
-def _is_kind_state(record) -> bool:
-    return record[0] == "state"
-
-
 def _is_not_kind_out(record) -> bool:
     return record[0] != "out"
 
@@ -470,7 +434,3 @@ def _report_of(record) -> Tuple[str, Any]:
 def _payload(record) -> Any:
     return record[1]
 
-
-def _drain(records) -> None:
-    for _ in records:
-        pass
