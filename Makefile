@@ -5,6 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k sessions -x"`.
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist; a file's tests stay in one process). The suite mostly waits
+# on Spark and Kafka, so two processes on two cores take ~60% of the time of one.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 # Options for `make run` (python -m pipelines.live), e.g. `make run RUN_ARGS="--rate 50"`.
 RUN_ARGS ?=
 # Seconds `make run` streams after Spark's first micro-batch, e.g. `make run DURATION=20`.
@@ -17,7 +21,7 @@ CLUSTER_DIR ?= .spark-cluster
 KAFKA_BROKER ?= noida
 KAFKA_DIR ?= .kafka-broker
 
-.PHONY: install check-java test test-kafka run bench bench-full bench-streaming spark-cluster spark-cluster-stop \
+.PHONY: install check-java test test-kafka run bench bench-full bench-streaming bench-kafka spark-cluster spark-cluster-stop \
         spark-cluster-status kafka kafka-stop kafka-status job-server graphviz clean
 
 install: check-java $(STAMP)
@@ -43,13 +47,13 @@ check-java:
 
 # Every test on the $(KAFKA_BROKER) broker, then the Kafka tests once more on the other one.
 test: install
-	KAFKA_BROKER=$(KAFKA_BROKER) $(PY) -m pytest $(PYTEST_ARGS)
-	KAFKA_BROKER=$(if $(filter noida,$(KAFKA_BROKER)),tansu,noida) $(PY) -m pytest -m kafka $(PYTEST_ARGS)
+	KAFKA_BROKER=$(KAFKA_BROKER) $(PYTEST) $(PYTEST_ARGS)
+	KAFKA_BROKER=$(if $(filter noida,$(KAFKA_BROKER)),tansu,noida) $(PYTEST) -m kafka $(PYTEST_ARGS)
 
 # The Kafka tests alone, once per broker.
 test-kafka: install
-	KAFKA_BROKER=noida $(PY) -m pytest -m kafka $(PYTEST_ARGS)
-	KAFKA_BROKER=tansu $(PY) -m pytest -m kafka $(PYTEST_ARGS)
+	KAFKA_BROKER=noida $(PYTEST) -m kafka $(PYTEST_ARGS)
+	KAFKA_BROKER=tansu $(PYTEST) -m kafka $(PYTEST_ARGS)
 
 # The live demo: embedded Kafka, a producer of game events, team_scores on the SparkRunner in
 # streaming, a live leaderboard; then a summary and out/live.png, out/live-throughput.png.
@@ -65,6 +69,11 @@ bench-full: install
 # Streaming: sustained events/s and per-batch latency of a keyed windowed sum on local[2].
 bench-streaming: install
 	$(PY) -m bench.streaming $(BENCH_ARGS)
+
+# Kafka -> team scores -> Kafka on the SparkRunner (streaming, local[2], embedded broker):
+# sustained records/s and end-to-end latency at fixed produce rates.
+bench-kafka: install
+	$(PY) -m bench.kafka $(BENCH_ARGS)
 
 # A Spark standalone master and one worker on 127.0.0.1 (free ports), from pyspark's own
 # Spark distribution; prints the spark:// URL to pass as --spark_master_url.

