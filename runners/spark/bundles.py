@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import math
 import os
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -224,7 +225,7 @@ def process_partition(
     table = task.side_inputs.value if task.side_inputs is not None else None
     processor.state.target = TaskStateHandler(table)
     collected: List[Any] = []
-    timers = _PendingTimers(processor, stage)
+    timers = PendingTimers(processor, stage)
     try:
         for bundle in _bundles(task, records):
             for output in _run_with_residuals(processor, bundle, {}, timers, collected,
@@ -311,8 +312,13 @@ def _bundles(task: StageTask, records) -> Iterator[Dict[str, List[bytes]]]:
         yield bundle
 
 
-class _PendingTimers:
-    """Timers a stage has set and not yet fired, the latest setting per key, tag and window."""
+class PendingTimers:
+    """Timers a stage has set and not yet fired, the latest setting per key, tag and window.
+
+    Batch fires them once its input is done (:meth:`due`); the streaming loop carries them
+    from micro-batch to micro-batch (:meth:`encoded`) and fires those due at the batch's
+    watermark and clock (:meth:`take_due`).
+    """
 
     def __init__(self, processor: StageProcessor, stage: StageSpec) -> None:
         self._processor = processor
@@ -324,6 +330,9 @@ class _PendingTimers:
 
     def __bool__(self) -> bool:
         return any(self._timers.values())
+
+    def count(self) -> int:
+        return sum(len(family) for family in self._timers.values())
 
     def add(self, encoded: Dict[TimerKey, List[bytes]]) -> None:
         for key, chunks in encoded.items():
@@ -343,21 +352,24 @@ class _PendingTimers:
         Event-time timers are all due (the bounded input is complete); processing-time
         timers when the clock reaches them: if only later ones remain, wait for the earliest.
         """
-        fired = self._take_due(time.time())
+        fired = self.take_due(math.inf, time.time())
         if not fired and self:
             earliest = min(timer.fire_timestamp.micros / 1e6
                            for family in self._timers.values() for timer in family.values())
             time.sleep(max(0.0, earliest - time.time()))
-            fired = self._take_due(time.time())
+            fired = self.take_due(math.inf, time.time())
         return fired
 
-    def _take_due(self, now: float) -> Dict[TimerKey, List[bytes]]:
+    def take_due(self, watermark_micros: float, now: float) -> Dict[TimerKey, List[bytes]]:
+        """Remove and encode the event-time timers at or before ``watermark_micros`` and the
+        processing-time timers at or before ``now`` (seconds), earliest first per family."""
         fired: Dict[TimerKey, List[bytes]] = {}
         for key, family in self._timers.items():
             processing_time = self._processing_time.get(key, False)
             ready = sorted(
                 (timer for timer in family.values()
-                 if not processing_time or timer.fire_timestamp.micros / 1e6 <= now),
+                 if (timer.fire_timestamp.micros / 1e6 <= now if processing_time
+                     else timer.fire_timestamp.micros <= watermark_micros)),
                 key=lambda timer: timer.fire_timestamp)
             if not ready:
                 continue
@@ -368,3 +380,18 @@ class _PendingTimers:
                 del family[(timer.user_key, timer.dynamic_timer_tag, timer.windows[0])]
             fired[key] = [out.get()]
         return fired
+
+    def next_processing_time(self) -> Optional[float]:
+        """When the earliest processing-time timer is set for (seconds), or None."""
+        times = [timer.fire_timestamp.micros / 1e6 for key, family in self._timers.items()
+                 if self._processing_time.get(key, False) for timer in family.values()]
+        return min(times) if times else None
+
+    def encoded(self) -> Dict[TimerKey, List[bytes]]:
+        """The pending timers, encoded per family (to carry them to the next batch)."""
+        result = {}
+        for key, family in self._timers.items():
+            if family:
+                coder = self._processor.timer_coder_impl(key)
+                result[key] = [coder.encode_nested(timer) for timer in family.values()]
+        return result

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
-from runners.spark.beam_internals import StateServicer, create_OutputStream
-from runners.spark.bundles import StageProcessor, StageTask
+from runners.spark.beam_internals import StateServicer
+from runners.spark.bundles import PendingTimers, StageProcessor, StageTask
 from runners.spark.components import join_chunks
 from runners.spark.errors import TaskFailure
 from runners.spark.metrics import pack
@@ -25,66 +25,8 @@ from runners.spark.side_inputs import TaskStateHandler
 from runners.spark.streaming.grouping import MAX_TIMER_ROUNDS, BatchTimes, state_record
 from runners.spark.streaming.state import decode_user_state, encode_user_state
 
-TimerKey = Tuple[str, str]
 #: descriptor digest -> idle processors, per Python worker process.
 _POOL: Dict[str, List[StageProcessor]] = {}
-
-
-class _Timers:
-    """Pending timers of one partition: the latest setting per key, tag and window."""
-
-    def __init__(self, processor: StageProcessor, processing_families: Dict[TimerKey, bool]):
-        self._processor = processor
-        self._processing = processing_families
-        self._timers: Dict[TimerKey, Dict[Any, Any]] = {}
-
-    def add(self, encoded: Dict[TimerKey, List[bytes]]) -> None:
-        for key, chunks in encoded.items():
-            coder = self._processor.timer_coder_impl(key)
-            family = self._timers.setdefault(key, {})
-            for chunk in chunks:
-                for timer in coder.decode_all(chunk):
-                    identity = (timer.user_key, timer.dynamic_timer_tag, timer.windows[0])
-                    if timer.clear_bit:
-                        family.pop(identity, None)
-                    else:
-                        family[identity] = timer
-
-    def take_due(self, watermark_micros: int, now: float) -> Dict[TimerKey, List[bytes]]:
-        """Remove and encode the due timers, earliest first per family."""
-        fired: Dict[TimerKey, List[bytes]] = {}
-        for key, family in self._timers.items():
-            processing = self._processing.get(key, False)
-            ready = sorted(
-                (timer for timer in family.values()
-                 if (timer.fire_timestamp.micros / 1e6 <= now if processing
-                     else timer.fire_timestamp.micros <= watermark_micros)),
-                key=lambda timer: timer.fire_timestamp)
-            if not ready:
-                continue
-            coder = self._processor.timer_coder_impl(key)
-            out = create_OutputStream()
-            for timer in ready:
-                coder.encode_to_stream(timer, out, True)
-                del family[(timer.user_key, timer.dynamic_timer_tag, timer.windows[0])]
-            fired[key] = [out.get()]
-        return fired
-
-    def encoded(self) -> Dict[TimerKey, List[bytes]]:
-        result = {}
-        for key, family in self._timers.items():
-            if family:
-                coder = self._processor.timer_coder_impl(key)
-                result[key] = [coder.encode_nested(timer) for timer in family.values()]
-        return result
-
-    def next_processing_time(self) -> Any:
-        times = [timer.fire_timestamp.micros / 1e6 for key, family in self._timers.items()
-                 if self._processing.get(key, False) for timer in family.values()]
-        return min(times) if times else None
-
-    def count(self) -> int:
-        return sum(len(family) for family in self._timers.values())
 
 
 def process_stateful_partition(task: StageTask, times: BatchTimes, partition: int,
@@ -97,8 +39,7 @@ def process_stateful_partition(task: StageTask, times: BatchTimes, partition: in
     table = task.side_inputs.value if task.side_inputs is not None else None
     handler = TaskStateHandler(table)
     processor.state.target = handler
-    processing = {(f.transform_id, f.family_id): f.processing_time for f in stage.timer_families}
-    timers = _Timers(processor, processing)
+    timers = PendingTimers(processor, stage)
     collected: List[Any] = []
     bundle: Dict[str, List[bytes]] = {}
     inputs = 0
@@ -149,7 +90,7 @@ def process_stateful_partition(task: StageTask, times: BatchTimes, partition: in
                    "next_processing_timer": timers.next_processing_time()}
 
 
-def _run(processor: StageProcessor, data, fired, timers: _Timers, collected, output_index):
+def _run(processor: StageProcessor, data, fired, timers: PendingTimers, collected, output_index):
     """One bundle (and its bounded residuals); returns tagged output chunks."""
     results = []
     while True:
