@@ -18,6 +18,9 @@ setup(
         "apache-beam==2.77.*",
         "pyspark>=4.0,<5",
         "kafka-python>=3.0,<4",
+        # Streaming keyed state, on each executor's local disk (runners/spark/streaming/
+        # state_store.py): an embedded B+tree store with transactions, as a wheel.
+        "lmdb>=1.4,<4",
         # The job server installs staged source distributions offline (no build isolation):
         # setuptools >= 70.1 builds wheels by itself, without the `wheel` package.
         "setuptools>=70.1",

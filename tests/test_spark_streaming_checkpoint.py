@@ -47,6 +47,7 @@ from runners.spark.streaming.state import (
     TriggerStateCodec,
     decode_user_state,
 )
+from runners.spark.streaming.state_store import checkpoint_file_name, step_directory_name
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from triggers.panes import DescribePanes
 
@@ -133,6 +134,10 @@ def build(pipeline: beam.Pipeline, panes_directory: str, window_seconds: int = 1
          | "Write" >> beam.ParDo(WritePanes(panes_directory)))
 
 
+def manifests(checkpoint_dir) -> list:
+    return sorted(name for name in os.listdir(checkpoint_dir) if name.startswith("checkpoint-"))
+
+
 def streaming_options(**options) -> PipelineOptions:
     return PipelineOptions(streaming=True, checkpoint_interval_batches=INTERVAL, **options)
 
@@ -217,8 +222,18 @@ def test_killed_driver_resumes_from_its_checkpoint_with_the_same_panes(runner, t
 
     # Run 1 completed batches 1-4; its checkpoint is of batch 3.
     checkpoint = latest_checkpoint(str(checkpoint_dir))
-    assert read_manifest(checkpoint)["batch"] == 3
-    assert os.listdir(checkpoint_dir) == ["checkpoint-00000003"]
+    manifest = read_manifest(checkpoint)
+    assert manifest["batch"] == 3
+    assert manifests(checkpoint_dir) == ["checkpoint-00000003"]
+    # The keyed state is not in the driver's data: each key partition of both keyed steps
+    # (the sum's GroupByKey, the running count) wrote its own file, which the manifest names.
+    assert len(manifest["state_files"]) == 2
+    for step, chain in manifest["state_files"].items():
+        assert [kind for kind, _ in chain] == ["delta"], step
+        directory = checkpoint_dir / "state" / step_directory_name(step)
+        assert sorted(os.listdir(directory)) == ["00000", "00001"]
+        for partition in ("00000", "00001"):
+            assert os.listdir(directory / partition) == [checkpoint_file_name(*chain[0])]
 
     run_2_dir = tmp_path / "run-2"
     run_2_dir.mkdir()
@@ -229,7 +244,7 @@ def test_killed_driver_resumes_from_its_checkpoint_with_the_same_panes(runner, t
     result.wait_until_finish()
     assert batches_run(result) == all_batches - 3  # resumed after batch 3
     # It checkpointed after batches 6 and 9 (its last), keeping only the latest.
-    assert os.listdir(checkpoint_dir) == [f"checkpoint-{all_batches:08d}"]
+    assert manifests(checkpoint_dir) == [f"checkpoint-{all_batches:08d}"]
     # A checkpoint a killed driver left half-written (not renamed into place) is ignored.
     (checkpoint_dir / f".incomplete-checkpoint-{all_batches + 3:08d}-1").mkdir()
     assert latest_checkpoint(str(checkpoint_dir)).endswith(f"checkpoint-{all_batches:08d}")

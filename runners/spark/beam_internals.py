@@ -88,6 +88,22 @@ from apache_beam.transforms.trigger import (  # noqa: E402
 )
 from apache_beam.utils import proto_utils  # noqa: E402
 
+
+
+def user_state_cells(servicer: StateServicer) -> "dict[bytes, list[bytes]]":
+    """The user-state cells a ``StateServicer`` holds: serialized state key -> values.
+
+    Beam's servicer keeps them in a private dict; streaming carries them between batches
+    (ordered-list state, kept apart by the servicer, is not carried)."""
+    return {key: list(values) for key, values in servicer._state.items() if values}
+
+
+def load_user_state_cells(servicer: StateServicer, cells: "dict[bytes, list[bytes]]") -> None:
+    """Put cells from :func:`user_state_cells` back into a servicer."""
+    for key, values in cells.items():
+        servicer._state[key] = list(values)
+
+
 #: FnApiRunner's fusion phases, in its order (see ``FnApiRunner.create_stages``), plus
 #: ``annotate_stateful_dofns_as_roots``: a stateful stage must start at a runner-visible
 #: input so the runner can partition that input by key before the stage runs.

@@ -41,6 +41,7 @@ from runners.spark.components import SharedComponents, iter_encoded
 from runners.spark.errors import TaskFailure
 from runners.spark.metrics import pack
 from runners.spark.planning import StageSpec
+from runners.spark.records import Elements
 from runners.spark.side_inputs import TaskStateHandler
 from runners.spark.window_assignment import use_native_window_assignment
 from runners.spark.job_environment import prepare_python_worker
@@ -192,14 +193,16 @@ class StageProcessor:
         return self.processor.timers_info[key].timer_coder_impl
 
 
-def _checkout(task: StageTask) -> StageProcessor:
+def checkout(task: StageTask) -> StageProcessor:
+    """An idle processor of the task's stage from this worker's pool, or a new one."""
     idle = _POOL.get(task.digest)
     if idle:
         return idle.pop()
     return StageProcessor(task.descriptor())
 
 
-def _checkin(task: StageTask, processor: StageProcessor) -> None:
+def checkin(task: StageTask, processor: StageProcessor) -> None:
+    """Return a processor that finished its bundles cleanly to the pool."""
     if sum(len(idle) for idle in _POOL.values()) >= _POOL_LIMIT:
         for idle in _POOL.values():
             for stale in idle:
@@ -209,32 +212,33 @@ def _checkin(task: StageTask, processor: StageProcessor) -> None:
 
 
 def process_partition(
-    task: StageTask, records: Iterator[Tuple[int, bytes]],
-    deferred: Optional["DeferredWork"] = None,
-) -> Iterator[Tuple[int, bytes]]:
-    """Run ``task.stage`` over one partition of (input index, encoded elements) records.
+    task: StageTask, records: Iterator[Any], deferred: Optional["DeferredWork"] = None,
+) -> Iterator[Any]:
+    """Run ``task.stage`` over one partition: :class:`~runners.spark.records.Elements` on the
+    stage's input ports, and reports for the driver, handed on untouched.
 
-    Yields (output index, encoded elements) records; raises :class:`TaskFailure` carrying
-    the user's exception when a bundle fails. With ``deferred`` (streaming), residuals of
-    self-checkpointing splittable DoFns and bundle finalizations are handed back in it
-    instead of being run here.
+    Yields ``Elements`` on the stage's output ports, then the reports; raises
+    :class:`TaskFailure` carrying the user's exception when a bundle fails. With ``deferred``
+    (streaming), residuals of self-checkpointing splittable DoFns and bundle finalizations
+    are handed back in it instead of being run here.
     """
     stage = task.stage
     output_index = {transform_id: index for index, (transform_id, _) in enumerate(stage.outputs)}
-    processor = _checkout(task)
+    processor = checkout(task)
     table = task.side_inputs.value if task.side_inputs is not None else None
     processor.state.target = TaskStateHandler(table)
     collected: List[Any] = []
+    reports: List[Any] = []
     timers = PendingTimers(processor, stage)
     try:
-        for bundle in _bundles(task, records):
-            for output in _run_with_residuals(processor, bundle, {}, timers, collected,
-                                              deferred):
-                yield output_index[output[0]], output[1]
+        for bundle in _bundles(task, records, reports):
+            for transform_id, chunk in _run_with_residuals(processor, bundle, {}, timers,
+                                                           collected, deferred):
+                yield Elements(output_index[transform_id], chunk)
         while timers:
-            for output in _run_with_residuals(processor, {}, timers.due(), timers, collected,
-                                              deferred):
-                yield output_index[output[0]], output[1]
+            for transform_id, chunk in _run_with_residuals(processor, {}, timers.due(), timers,
+                                                           collected, deferred):
+                yield Elements(output_index[transform_id], chunk)
     except TaskFailure:  # an upstream stage, pipelined into this task, failed
         processor.processor.shutdown()
         raise
@@ -242,11 +246,12 @@ def process_partition(
         processor.processor.shutdown()
         raise TaskFailure.wrap(stage.name, error) from None
     else:
-        _checkin(task, processor)
+        checkin(task, processor)
     finally:
         processor.state.target = TaskStateHandler()
         if collected and task.metrics is not None:
             task.metrics.add(pack(collected))
+    yield from reports
 
 
 class DeferredWork:
@@ -282,8 +287,9 @@ def _run_with_residuals(processor, data, fired, timers, collected, deferred=None
                 residual.application.element)
 
 
-def _bundles(task: StageTask, records) -> Iterator[Dict[str, List[bytes]]]:
-    """The partition's input, cut into bundles.
+def _bundles(task: StageTask, records: Iterator[Any],
+             reports: List[Any]) -> Iterator[Dict[str, List[bytes]]]:
+    """The partition's input, cut into bundles (reports are set aside in ``reports``).
 
     Without ``--bundle_size`` a bundle is the whole partition, capped at
     :data:`MAX_BUNDLE_BYTES` of encoded input so memory stays bounded; with it, at most that
@@ -294,14 +300,18 @@ def _bundles(task: StageTask, records) -> Iterator[Dict[str, List[bytes]]]:
     size = 0
     limit = task.bundle_size or MAX_BUNDLE_BYTES
     coders: Dict[str, Any] = {}
-    for index, chunk in records:
-        spec = inputs[index]
+    for record in records:
+        if type(record) is not Elements:
+            reports.append(record)
+            continue
+        spec = inputs[record.port]
         if task.bundle_size is None:
-            pieces = [(chunk, len(chunk))]
+            pieces = [(record.data, len(record.data))]
         else:
             if spec.coder_id not in coders:
                 coders[spec.coder_id] = task.components.coder_impl(spec.coder_id)
-            pieces = [(element, 1) for _, element in iter_encoded(coders[spec.coder_id], chunk)]
+            pieces = [(element, 1) for _, element in iter_encoded(coders[spec.coder_id],
+                                                                  record.data)]
         for piece, weight in pieces:
             bundle.setdefault(spec.transform_id, []).append(piece)
             size += weight
@@ -310,6 +320,16 @@ def _bundles(task: StageTask, records) -> Iterator[Dict[str, List[bytes]]]:
                 bundle, size = {}, 0
     if bundle:
         yield bundle
+
+
+@dataclasses.dataclass
+class KeyTimers:
+    """One key's pending timers: encoded per timer family, and the earliest fire times
+    (micros) in each time domain."""
+
+    encoded: Dict[TimerKey, List[bytes]]
+    event: Optional[int]
+    processing: Optional[int]
 
 
 class PendingTimers:
@@ -386,6 +406,27 @@ class PendingTimers:
         times = [timer.fire_timestamp.micros / 1e6 for key, family in self._timers.items()
                  if self._processing_time.get(key, False) for timer in family.values()]
         return min(times) if times else None
+
+    def by_key(self, encode_key: Any) -> Dict[bytes, "KeyTimers"]:
+        """The pending timers per key (its encoding by ``encode_key``), with the earliest
+        event-time and processing-time fire times (micros) of each key."""
+        keys: Dict[bytes, KeyTimers] = {}
+        for family_key, family in self._timers.items():
+            coder = self._processor.timer_coder_impl(family_key)
+            processing_time = self._processing_time.get(family_key, False)
+            for timer in family.values():
+                key = encode_key(timer.user_key)
+                found = keys.get(key)
+                if found is None:
+                    found = keys[key] = KeyTimers({}, None, None)
+                found.encoded.setdefault(family_key, []).append(coder.encode_nested(timer))
+                micros = timer.fire_timestamp.micros
+                if processing_time:
+                    found.processing = (micros if found.processing is None
+                                        else min(found.processing, micros))
+                else:
+                    found.event = micros if found.event is None else min(found.event, micros)
+        return keys
 
     def encoded(self) -> Dict[TimerKey, List[bytes]]:
         """The pending timers, encoded per family (to carry them to the next batch)."""

@@ -89,6 +89,11 @@ class StageSpec:
     timer_families: Tuple[TimerFamilySpec, ...] = ()
     side_inputs: Tuple[SideInputSpec, ...] = ()
     keyed: bool = False  # stateful: inputs are partitioned by key before the stage runs
+    #: keyed stages: the coder the SDK harness encodes the key with (user state, timers),
+    #: and whether it length-prefixes the key (then the runner's element coder reads the key
+    #: as opaque bytes, and the SDK's encoding is those bytes, length-prefixed)
+    key_coder_id: str = ""
+    key_prefixed: bool = False
     output_coder_id: str = ""  # runner stages: the coder of what they write
     output_coders: Tuple[str, ...] = ()  # TestStream stages: data coder of each output
 
@@ -321,6 +326,8 @@ class _PlanBuilder:
             # Any URL: the in-memory data channel serves timers; without one, no timers flow.
             timer_api_service_descriptor={"url": "in-memory"},
         )
+        keyed = stage.is_stateful()
+        key_coder_id = self._user_key_coder(transforms) if keyed else ""
         return StageSpec(
             index,
             name,
@@ -330,8 +337,26 @@ class _PlanBuilder:
             descriptor=descriptor.SerializeToString(),
             timer_families=self._timer_families(transforms),
             side_inputs=self._side_inputs(transforms),
-            keyed=stage.is_stateful(),
+            keyed=keyed,
+            key_coder_id=key_coder_id,
+            key_prefixed=bool(key_coder_id) and (
+                self.components.coders[key_coder_id].spec.urn
+                == common_urns.coders.LENGTH_PREFIX.urn),
         )
+
+    def _user_key_coder(self, transforms) -> str:
+        """The coder of the key of a stateful ParDo's main input, as the SDK harness has it."""
+        for transform in transforms:
+            if transform.spec.urn not in PAR_DO_URNS:
+                continue
+            payload = _par_do_payload(transform)
+            if not payload.state_specs and not payload.timer_family_specs:
+                continue
+            main = [pcollection for tag, pcollection in transform.inputs.items()
+                    if tag not in payload.side_inputs]
+            coder = self.components.coders[self.components.pcollections[main[0]].coder_id]
+            return coder.component_coder_ids[0]
+        return ""
 
     def _test_stream_spec(self, index: int, name: str, test_stream, transforms) -> StageSpec:
         """A TestStream stage: each output tag, the buffer it writes and its data coder."""

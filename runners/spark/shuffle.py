@@ -1,28 +1,34 @@
-"""Shuffles: GroupByKey with GroupAlsoByWindow, Reshuffle, and key partitioning.
+"""Shuffles: key partitioning for keyed steps, GroupByKey in batch, and Reshuffle.
 
 Keys are compared as Beam compares them, by their deterministic encoding, and placed by
 ``zlib.crc32`` of those bytes (never Python's ``hash()``, which is salted per process and
 would send one key to different partitions from different workers).
 
-GroupByKey runs as ``fn_api_runner.execution.GroupingBuffer`` does, but distributed: the
-map side keys each element by its encoded key, Spark's ``groupByKey`` brings each key's
-elements together, and the reduce side hands them to Beam's trigger driver
-(``process_entire_key``), which assigns them to (merged) windows and emits the panes a
-bounded input produces; default windowing takes the single global ON_TIME pane directly.
+Key partitioning (a stateful stage's input, and every streaming keyed step) packs elements
+on the map side per target partition (:class:`~runners.spark.records.KeyedPacker`), so the
+shuffle moves a few large records instead of one per element.
+
+GroupByKey in batch runs as ``fn_api_runner.execution.GroupingBuffer`` does, but distributed:
+the map side keys each element by its encoded key, Spark's ``groupByKey`` (which spills
+large groups to disk) brings each key's elements together, and the reduce side hands them to
+Beam's trigger driver (``process_entire_key``), which assigns them to (merged) windows and
+emits the panes a bounded input produces; default windowing takes the single global ON_TIME
+pane directly.
 """
 
 from __future__ import annotations
 
 import functools
 import zlib
-from typing import Any, Iterable, Iterator, List, Tuple
+from typing import Any, Iterable, Iterator, List, Sequence, Tuple
 
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
 
 from runners.spark.beam_internals import create_trigger_driver
 from runners.spark.components import SharedComponents, encode_chunks, iter_encoded, join_chunks
-from runners.spark.planning import GroupSpec, InputSpec
+from runners.spark.planning import GroupSpec
+from runners.spark.records import Elements, KeyedElements, KeyedPacker, unpack_keyed
 
 
 def key_partition(encoded_key: bytes) -> int:
@@ -30,21 +36,81 @@ def key_partition(encoded_key: bytes) -> int:
     return zlib.crc32(encoded_key)
 
 
-def group_by_key(
-    chunks: Any, spec: GroupSpec, components: SharedComponents, partitions: int
-) -> Any:
-    """An RDD of encoded ``(key, values)`` panes from an RDD of encoded ``(key, value)`` chunks."""
-    keyed = chunks.mapPartitions(functools.partial(_key_elements, spec.input_coder_id, components))
+def partition_of(encoded_key: bytes, partitions: int) -> int:
+    """The key partition (of ``partitions``) an encoded key belongs to.
+
+    >>> partition_of(b"team-a", 2) == zlib.crc32(b"team-a") % 2
+    True
+    """
+    return zlib.crc32(encoded_key) % partitions
+
+
+def _identity(number: int) -> int:
+    return number
+
+
+# ----- key partitioning
+def partition_by_key(records: Any, coder_ids: Sequence[str], components: SharedComponents,
+                     partitions: int, key_prefixed: bool = False) -> Any:
+    """``Elements`` (on ports whose coders are ``coder_ids``) as :class:`KeyedElements`, each
+    key in one of ``partitions`` partitions (partition i of the result holds key partition
+    i); reports ride along to partition 0.
+
+    Keys are encoded by the element coder's key coder; with ``key_prefixed`` (the SDK
+    length-prefixes a key that coder reads as opaque bytes) in its nested form, so the
+    bytes equal the SDK harness's own encoding of the key (its user state keys).
+    """
+    keyed = records.mapPartitions(functools.partial(
+        _keyed_records, tuple(coder_ids), components, partitions, key_prefixed))
+    return keyed.partitionBy(partitions, _identity).values()
+
+
+def _keyed_records(coder_ids: Tuple[str, ...], components: SharedComponents, partitions: int,
+                   key_prefixed: bool, records: Iterable[Any]) -> Iterator[Tuple[int, Any]]:
+    coder_impls = [components.coder_impl(coder_id) for coder_id in coder_ids]
+    key_impl = components.coder(coder_ids[0]).key_coder().get_impl()
+    encode = key_impl.encode_nested if key_prefixed else key_impl.encode
+    packer = KeyedPacker(partitions)
+    reports: List[Any] = []
+    for record in records:
+        if type(record) is not Elements:
+            reports.append(record)
+            continue
+        for element, encoded in iter_encoded(coder_impls[record.port], record.data):
+            key = encode(element.value[0])
+            packer.add(zlib.crc32(key) % partitions, record.port, key, encoded)
+    yield from packer.records()
+    for report in reports:
+        yield 0, report
+
+
+def without_keys(records: Iterable[Any]) -> Iterator[Any]:
+    """:class:`KeyedElements` back to ``Elements`` (the SDK harness reads keys itself)."""
+    for record in records:
+        if type(record) is KeyedElements:
+            yield Elements(record.port, b"".join(element for _, element in
+                                                 unpack_keyed(record.data)))
+        else:
+            yield record
+
+
+# ----- GroupByKey in batch
+def group_by_key(records: Any, spec: GroupSpec, components: SharedComponents,
+                 partitions: int) -> Any:
+    """``Elements`` of encoded ``(key, value)`` pairs -> ``Elements`` of ``(key, values)`` panes."""
+    keyed = records.mapPartitions(functools.partial(_key_elements, spec.input_coder_id,
+                                                    components))
     grouped = keyed.groupByKey(partitions, partitionFunc=key_partition)
     return grouped.mapPartitions(functools.partial(_group_also_by_window, spec, components))
 
 
-def _key_elements(coder_id: str, components: SharedComponents, chunks: Iterable[bytes]):
+def _key_elements(coder_id: str, components: SharedComponents, records: Iterable[Any]):
     coder_impl = components.coder_impl(coder_id)
     key_impl = components.coder(coder_id).key_coder().get_impl()
-    for chunk in chunks:
-        for element, encoded in iter_encoded(coder_impl, chunk):
-            yield key_impl.encode(element.value[0]), encoded
+    for record in records:
+        if type(record) is Elements:
+            for element, encoded in iter_encoded(coder_impl, record.data):
+                yield key_impl.encode(element.value[0]), encoded
 
 
 _ON_TIME_GLOBAL_PANE = windowed_value.PaneInfo(
@@ -53,7 +119,7 @@ _ON_TIME_GLOBAL_PANE = windowed_value.PaneInfo(
 
 
 def _group_also_by_window(spec: GroupSpec, components: SharedComponents,
-                          groups: Iterable[Tuple[bytes, Iterable[bytes]]]) -> Iterator[bytes]:
+                          groups: Iterable[Tuple[bytes, Iterable[bytes]]]) -> Iterator[Elements]:
     input_impl = components.coder_impl(spec.input_coder_id)
     output_impl = components.coder_impl(spec.output_coder_id)
     windowing = components.windowing(spec.windowing_strategy_id)
@@ -77,52 +143,48 @@ def _group_also_by_window(spec: GroupSpec, components: SharedComponents,
                         for element, _ in iter_encoded(input_impl, chunk)]
             yield from panes(elements[0].value[0], elements)
 
-    return encode_chunks(output_impl, all_panes())
+    for chunk in encode_chunks(output_impl, all_panes()):
+        yield Elements(0, chunk)
 
 
-def reshuffle(chunks: Any, input_coder_id: str, output_coder_id: str,
+# ----- Reshuffle
+def reshuffle(records: Any, input_coder_id: str, output_coder_id: str,
               components: SharedComponents, partitions: int) -> Any:
     """Redistribute elements evenly over ``partitions`` (windows, timestamps, panes kept).
 
     Elements are dealt round-robin, each input partition starting at its own index; Spark's
     ``repartition`` would move pickled batches of elements, leaving small inputs unspread.
     """
-    dealt = chunks.mapPartitionsWithIndex(
+    dealt = records.mapPartitionsWithIndex(
         functools.partial(_deal_elements, input_coder_id, output_coder_id, components))
-    return dealt.partitionBy(partitions, _identity).values().mapPartitions(join_chunks)
-
-
-def _identity(number: int) -> int:
-    return number
+    return dealt.partitionBy(partitions, _identity).values().mapPartitions(_join_dealt)
 
 
 def _deal_elements(input_coder_id: str, output_coder_id: str, components: SharedComponents,
-                   partition: int, chunks: Iterable[bytes]) -> Iterator[Tuple[int, bytes]]:
+                   partition: int, records: Iterable[Any]) -> Iterator[Tuple[int, Any]]:
     input_impl = components.coder_impl(input_coder_id)
     output_impl = (
         None if output_coder_id == input_coder_id else components.coder_impl(output_coder_id))
     position = partition
-    for chunk in chunks:
-        for element, encoded in iter_encoded(input_impl, chunk):
+    for record in records:
+        if type(record) is not Elements:
+            yield 0, record
+            continue
+        for element, encoded in iter_encoded(input_impl, record.data):
             yield position, encoded if output_impl is None else output_impl.encode_nested(element)
             position += 1
 
 
-def partition_by_key(sources: List[Tuple[int, InputSpec, Any]], components: SharedComponents,
-                     partitions: int, spark_context: Any) -> Any:
-    """(input index, encoded element) records of a stateful stage, each key in one partition.
+def _join_dealt(values: Iterable[Any]) -> Iterator[Any]:
+    reports: List[Any] = []
 
-    Args:
-      sources: (input index, input spec, RDD of chunks) for every input of the stage.
-    """
-    keyed = [
-        rdd.mapPartitions(functools.partial(_key_tagged, index, spec.coder_id, components))
-        for index, spec, rdd in sources
-    ]
-    union = keyed[0] if len(keyed) == 1 else spark_context.union(keyed)
-    return union.partitionBy(partitions, key_partition).values()
+    def elements() -> Iterator[bytes]:
+        for value in values:
+            if isinstance(value, bytes):
+                yield value
+            else:
+                reports.append(value)
 
-
-def _key_tagged(index: int, coder_id: str, components: SharedComponents, chunks: Iterable[bytes]):
-    for key, encoded in _key_elements(coder_id, components, chunks):
-        yield key, (index, encoded)
+    for chunk in join_chunks(elements()):
+        yield Elements(0, chunk)
+    yield from reports

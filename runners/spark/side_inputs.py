@@ -23,6 +23,8 @@ from runners.spark.beam_internals import (
     beam_fn_api_pb2,
     beam_runner_api_pb2,
     common_urns,
+    load_user_state_cells,
+    user_state_cells,
 )
 from runners.spark.planning import SideInputSpec
 
@@ -87,6 +89,14 @@ class TaskStateHandler(StateHandler):
     def __init__(self, side_inputs: Optional[SideInputTable] = None) -> None:
         self._side_inputs = side_inputs or {}
         self._user_state = StateServicer()
+
+    def user_state(self) -> Dict[bytes, List[bytes]]:
+        """The user-state cells written so far: serialized state key -> values."""
+        return user_state_cells(self._user_state)
+
+    def load_user_state(self, cells: Dict[bytes, List[bytes]]) -> None:
+        """Start from these cells (streaming: the keys' state from earlier batches)."""
+        load_user_state_cells(self._user_state, cells)
 
     def get_raw(self, state_key, continuation_token: Optional[bytes] = None) -> Tuple[bytes, None]:
         if state_key.WhichOneof("type") in SIDE_INPUT_STATE_TYPES:

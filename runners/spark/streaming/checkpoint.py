@@ -1,38 +1,52 @@
-"""Checkpoints of the streaming loop: everything it needs to resume, on disk, every N batches.
+"""Checkpoints of the streaming loop: everything it needs to resume, every N batches.
 
-With ``--checkpoint_dir DIR`` the loop writes, after every ``--checkpoint_interval_batches``
-micro-batches and when it stops by itself (sources done, ``--max_batches``, timeout), a
-checkpoint of its whole state; a driver started again with the same ``DIR`` and the same
-pipeline resumes from the latest one instead of from the beginning.
+With ``--checkpoint_dir DIR`` the loop checkpoints after every ``--checkpoint_interval_
+batches`` micro-batches and when it stops by itself (sources done, ``--max_batches``,
+timeout); a driver started again with the same ``DIR`` and the same pipeline resumes from the
+latest checkpoint instead of from the beginning.
 
-A checkpoint holds, as plain data (bytes, numbers, strings, lists, dicts; no pickled
-objects, so no code runs when one is read): the batch index and the loop's clock; each
-source's position (a TestStream's next event and its output watermarks); each keyed step's
-state blobs per key partition (encoded and versioned by :mod:`~runners.spark.streaming.
-state`), watermarks, hold and clock; every stage's output watermark; the side inputs'
-history; the unbounded sources' carried residuals; the impulse-done flag.
+A checkpoint is incremental, and the keyed state in it never passes through the driver: in a
+checkpoint batch each keyed step's tasks write, next to their store, the keys changed since
+the step's previous checkpoint (a *delta*), or every tenth time a compact copy of the store
+(a *snapshot*), under ``DIR/state/<step>/<partition>/`` (:mod:`~runners.spark.streaming.
+state_store`); a step that did not run in the batch but changed since its last checkpoint
+writes its delta in a small job of its own. Then the driver writes the checkpoint's
+manifest, which names, per step, the chain of files (a snapshot or nothing, then deltas)
+that rebuilds its state, and holds as plain data (bytes, numbers, strings, lists, dicts; no
+pickled objects, so no code runs when one is read): the batch index and the loop's clock;
+each source's position (a TestStream's next event and its output watermarks); each keyed
+step's watermarks, hold, wakes and store version; every stage's output watermark; the side
+inputs' kept elements; the splittable DoFns' carried residuals.
 
 Layout of ``DIR``::
 
     checkpoint-00000012/      the latest complete checkpoint (batch 12); older ones deleted
-        MANIFEST.json         format, versions, pipeline fingerprint, batch, sizes, digest
-        data.bin              the snapshot (pickle protocol 5 of plain data only)
+        MANIFEST.json         format, versions, pipeline fingerprint, batch, state files
+        data.bin              the driver's snapshot (pickle protocol 5 of plain data only)
+    state/Sum_GroupByKey-3fca91a2/00000/
+        snapshot-000000000040/data.mdb    a compact copy of partition 0's store
+        delta-000000000052.pickle         keys changed after it
 
-A checkpoint is written to a temporary directory and renamed into place, so a driver killed
-while writing leaves the previous checkpoint intact. It is refused when read back by a
-runner of another checkpoint format or state version (:class:`CheckpointError`,
-:class:`~runners.spark.streaming.state.StateVersionError`), or when the pipeline differs
-(:class:`CheckpointMismatchError`): the fingerprint covers the fused stages, their buffers,
-coders, windowing strategies, state and timer specs and TestStream events, but not the code
-inside DoFns (a fixed bug in a DoFn may resume from its checkpoint). Transform names are
-part of it: name transforms (``"Sum" >> ...``), as Beam's pipeline update also requires.
+A manifest is written to a temporary directory and renamed into place, so a driver killed
+while writing leaves the previous checkpoint intact; state files no manifest names any more
+are deleted once the new manifest is in place. A restarted driver's tasks rebuild each key
+partition's store from its chain (:mod:`~runners.spark.streaming.state_store`). A checkpoint
+is refused when read back by a runner of another checkpoint format or state version
+(:class:`CheckpointError`, :class:`~runners.spark.streaming.state.StateVersionError`), or
+when the pipeline differs (:class:`CheckpointMismatchError`): the fingerprint covers the
+fused stages, their buffers, coders, windowing strategies, state and timer specs and
+TestStream events, but not the code inside DoFns (a fixed bug in a DoFn may resume from its
+checkpoint). Transform names are part of it: name transforms (``"Sum" >> ...``), as Beam's
+pipeline update also requires.
 
 Delivery: outputs of the batches after the latest checkpoint and before a crash are emitted
 again on restart (at-least-once between checkpoints, rollback recovery). A TestStream resumes
 at its checkpointed event, so the final panes equal an uninterrupted run's. A job that ended
 by itself leaves its final checkpoint: started again on the same directory, it resumes at its
 end and emits nothing (give an empty directory to run from the beginning). State stays in
-the checkpoint's key partitions: a restart keeps its ``--spark_parallelism``.
+the checkpoint's key partitions: a restart keeps its ``--spark_parallelism``. On a cluster,
+``DIR`` must be storage every executor can read (state is rebuilt from it wherever a
+partition's task runs).
 
 >>> import tempfile
 >>> latest_checkpoint(tempfile.mkdtemp()) is None
@@ -50,7 +64,7 @@ import pickle
 import re
 import shutil
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from apache_beam.metrics.cells import DistributionData
 
@@ -63,13 +77,16 @@ from runners.spark.beam_internals import (
 from runners.spark.metrics import pack
 from runners.spark.planning import SDK_STAGE, TEST_STREAM_STAGE, ExecutionPlan
 from runners.spark.streaming.state import STATE_VERSION, StateVersionError
+from runners.spark.streaming.state_store import checkpoint_file_name
 
 _LOGGER = logging.getLogger(__name__)
 
 #: What a manifest's ``format`` says; and the layout version this module reads and writes.
 FORMAT = "beam-spark-streaming-checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 MANIFEST = "MANIFEST.json"
+#: The directory of keyed steps' state files, in ``--checkpoint_dir``.
+STATE_DIRECTORY = "state"
 DATA = "data.bin"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 _TEMPORARY = ".incomplete-"
@@ -182,6 +199,15 @@ class Checkpoints:
     def enabled(self) -> bool:
         return self.directory is not None
 
+    @property
+    def state_directory(self) -> Optional[str]:
+        """Where keyed steps write their state files (None without checkpoints)."""
+        return os.path.join(self.directory, STATE_DIRECTORY) if self.directory else None
+
+    def is_due(self, batches: int) -> bool:
+        """Whether the batch that makes ``batches`` batches is checkpointed."""
+        return self.enabled and batches - (self.written_batch or 0) >= self.interval
+
     # ----- restore
     def restore(self, execution: Any, sources: List[Any], clock: float) -> float:
         """Load the latest checkpoint into the loop; returns the clock to resume at."""
@@ -204,13 +230,22 @@ class Checkpoints:
                 f"pipeline {sorted(map(str, names))}: {self._what_to_do()}")
         for source, name in zip(sources, names):
             source.restore(snapshots[name])
-        if manifest["parallelism"] != execution.parallelism:
+        if manifest["parallelism"] != execution.context.parallelism:
             _LOGGER.warning("streaming: %s holds state in %d key partitions; resuming with "
-                            "them (not %d)", path, manifest["parallelism"], execution.parallelism)
-        data["stages"]["unbounded"] = _reindexed_residuals(
-            data["stages"]["unbounded"], data["stage_names"],
-            {stage.name: stage.index for stage in self.plan.stages})
-        execution.stages.restore(data["stages"])
+                            "them (not %d)", path, manifest["parallelism"],
+                            execution.context.parallelism)
+            execution.context.parallelism = manifest["parallelism"]
+        state = execution.state
+        state.residuals.parallelism = manifest["parallelism"]
+        steps = {step.name: step for step in state.steps.values()}
+        for name, snapshot in data["steps"].items():
+            steps[name].restore(snapshot)
+        state.watermarks.restore(data["watermarks"])
+        state.side_inputs.restore(data["side_inputs"])
+        state.residuals.restore(_reindexed_residuals(
+            data["residuals"], data["stage_names"],
+            {stage.name: stage.index for stage in self.plan.stages}))
+        state.round_number = data["round_number"]
         execution.batches = execution.resumed_from = self.written_batch = data["batch"]
         _LOGGER.info("streaming: resuming from %s (batch %d)", path, data["batch"])
         return data["clock"]
@@ -251,40 +286,57 @@ class Checkpoints:
         return _PlainUnpickler(io.BytesIO(data)).load()
 
     # ----- write
-    def after_batch(self, execution: Any, sources: List[Any], clock: float) -> None:
-        """Write a checkpoint if ``interval`` batches ran since the last one."""
-        if self.enabled and execution.batches - (self.written_batch or 0) >= self.interval:
-            self.write(execution, sources, clock)
+    def write(self, execution: Any, sources: List[Any], clock: float,
+              written: Dict[str, Tuple[str, int]]) -> str:
+        """Write the manifest of a checkpoint after the current batch; returns its path.
 
-    def finish(self, execution: Any, sources: List[Any], clock: float) -> None:
-        """The loop stops by itself: checkpoint its last batch (unless just done)."""
-        if self.enabled and self.written_batch != execution.batches:
-            self.write(execution, sources, clock)
-
-    def write(self, execution: Any, sources: List[Any], clock: float) -> str:
-        """Write a checkpoint of the loop after its current batch; returns its path."""
+        ``written``: step name -> the state file (kind, version) its tasks wrote in this
+        batch, for every step whose state changed since its last checkpoint.
+        """
         batch = execution.batches
-        stages = execution.stages.snapshot()
-        snapshot = {"batch": batch, "clock": clock,
-                    "sources": [source.snapshot() for source in sources], "stages": stages,
+        state = execution.state
+        chains: Dict[str, Tuple[Tuple[str, int], ...]] = {}
+        for step in state.steps.values():
+            chain = step.chain
+            if step.needs_checkpoint():
+                kind, version = written[step.name]
+                if version != step.version:
+                    raise RuntimeError(f"step {step.name!r} is at version {step.version} but "
+                                       f"its checkpoint file is of version {version}")
+                chain = ((kind, version),) if kind == "snapshot" else chain + ((kind, version),)
+            chains[step.name] = chain
+        steps = {}
+        for step in state.steps.values():
+            snapshot = step.snapshot()
+            snapshot["chain"] = [list(entry) for entry in chains[step.name]]
+            steps[step.name] = snapshot
+        snapshot = {"batch": batch, "clock": clock, "round_number": state.round_number,
+                    "sources": [source.snapshot() for source in sources], "steps": steps,
+                    "watermarks": state.watermarks.snapshot(),
+                    "side_inputs": state.side_inputs.snapshot(),
+                    "residuals": state.residuals.snapshot(),
                     "stage_names": {stage.index: stage.name for stage in self.plan.stages}}
         data = pickle.dumps(snapshot, protocol=5)
-        state_bytes = {step["name"]: sum(len(blob) for _, blob in step["state"])
-                       for step in stages["steps"]}
         manifest = {
             "format": FORMAT, "version": CHECKPOINT_VERSION, "state_version": STATE_VERSION,
             "fingerprint": self.fingerprint, "batch": batch,
-            "parallelism": stages["parallelism"], "written_at": time.time(),
+            "parallelism": execution.context.parallelism, "written_at": time.time(),
             "data_sha256": hashlib.sha256(data).hexdigest(), "data_bytes": len(data),
-            "state_bytes": state_bytes,
-            "state_keys": {step["name"]: step["keys"] for step in stages["steps"]},
+            "state_files": {name: [list(entry) for entry in chain]
+                            for name, chain in sorted(chains.items())},
+            "state_bytes": {step.name: step.state_bytes for step in state.steps.values()},
+            "state_keys": {step.name: step.keys for step in state.steps.values()},
             "stages": [stage.name for stage in self.plan.stages],
         }
         path = self._write_atomically(batch, data, manifest)
+        for step in state.steps.values():
+            step.chain = chains[step.name]
         self.written_batch = batch
+        self._prune_state_files(state)
         self._report(execution, len(data))
-        _LOGGER.info("streaming: checkpoint of batch %d written to %s (%d bytes, state %s)",
-                     batch, path, len(data), state_bytes)
+        _LOGGER.info("streaming: checkpoint of batch %d written to %s (driver data %d bytes; "
+                     "state files %s)", batch, path, len(data),
+                     {name: chain[-1] for name, chain in chains.items() if chain})
         return path
 
     def _write_atomically(self, batch: int, data: bytes, manifest: Dict[str, Any]) -> str:
@@ -306,9 +358,27 @@ class Checkpoints:
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
         return final
 
+    def _prune_state_files(self, state: Any) -> None:
+        """Delete the state files the latest manifest does not name (older chains, files
+        of rounds a later round of the same batch superseded, a crashed run's leftovers)."""
+        for step in state.steps.values():
+            directory = state.durable_directory(step)
+            if not directory or not os.path.isdir(directory):
+                continue
+            keep = {checkpoint_file_name(kind, version) for kind, version in step.chain}
+            for partition in os.listdir(directory):
+                partition_directory = os.path.join(directory, partition)
+                for name in os.listdir(partition_directory):
+                    if name not in keep:
+                        path = os.path.join(partition_directory, name)
+                        if os.path.isdir(path):
+                            shutil.rmtree(path, ignore_errors=True)
+                        else:
+                            os.remove(path)
+
     def _report(self, execution: Any, total: int) -> None:
-        """Distribution ``checkpoint_bytes`` (step ``loop``): the size of each checkpoint."""
-        execution.metrics.add(pack([monitoring_infos.int64_user_distribution(
+        """Distribution ``checkpoint_bytes`` (step ``loop``): the size of each manifest's data."""
+        execution.context.metrics.add(pack([monitoring_infos.int64_user_distribution(
             METRICS_NAMESPACE, "checkpoint_bytes", DistributionData(total, 1, total, total),
             "loop")]))
 

@@ -1,91 +1,122 @@
-"""A keyed step across micro-batches: a GroupByKey's or a stateful stage's state and watermarks.
+"""A keyed step across micro-batches, on the driver: watermarks, hold, wakes, store version.
 
-The step's state lives in a Spark RDD of ``(partition, ("state", blob))`` records, one per
-key partition, replaced by each batch's result (:mod:`~runners.spark.streaming.stages`).
-Its watermarks follow Beam's DirectRunner: the output watermark is the input watermark, or
-for a GroupByKey ``min(input watermark, the keys' watermark holds)``.
+A keyed step is a GroupByKey or a stateful stage. Its state lives on the executors, one
+store per key partition (:mod:`~runners.spark.streaming.state_store`); the driver keeps what
+the partitions reported after the step last ran (:class:`~runners.spark.records.StepReport`):
+enough to know, without any Spark job, whether the step has anything to do in a batch (new
+input, or a timer or window expiry due at the new watermark or clock) and what its output
+watermark is. Watermarks follow Beam's DirectRunner: the output watermark is the input
+watermark, or for a GroupByKey ``min(input watermark, the keys' watermark holds)``.
+
+>>> from apache_beam.utils.timestamp import Timestamp
+>>> step = KeyedStep("Sum/GroupByKey", holds=True)
+>>> step.apply([StepReport("Sum/GroupByKey", 0, version=1, keys=3, hold=5_000_000,
+...                        next_event_wake=10_000_000)], Timestamp(4), clock=0.0)
+>>> step.output_watermark, step.is_due(Timestamp(9), 0), step.is_due(Timestamp(10), 0)
+(Timestamp(4), False, True)
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
+from runners.spark.records import StepReport
+from runners.spark.streaming.state_store import DurableState
+
 
 class KeyedStep:
-    """A GroupByKey or stateful stage across batches: its state RDD and watermarks."""
+    """A GroupByKey or stateful stage across batches (see the module docstring).
 
-    def __init__(self, name: str, empty_state: Any) -> None:
+    Args:
+      name: the step's transform name (its stores and reports are named after it).
+      holds: True for a GroupByKey (its keys' holds hold its output watermark).
+    """
+
+    def __init__(self, name: str, holds: bool) -> None:
         self.name = name
-        self.state = empty_state
+        self.holds = holds
         self.input_watermark = MIN_TIMESTAMP
         self.output_watermark = MIN_TIMESTAMP
         self.hold = MAX_TIMESTAMP
-        self.keys = 0  # keys (or state cells and timers) held
-        self.state_bytes = 0  # encoded state held
-        self.inputs = 0  # elements received in the last batch
-        self.outputs = 0  # elements emitted in the last batch
-        self.clock: Optional[float] = None
-        self.next_processing_timer: Optional[float] = None
-        self._result: Any = None
+        self.next_event_wake: Optional[int] = None  # micros
+        self.next_processing_wake: Optional[int] = None  # micros
+        self.keys = 0  # keys holding state
+        self.state_bytes = 0  # their encoded state
+        self.inputs = 0  # elements received in the current batch
+        self.outputs = 0  # elements emitted in the current batch
+        self.touched = 0  # keys read and written in the current batch
+        self.version = 0  # the store version of every partition (0: never ran)
+        #: the checkpoint files of the latest committed checkpoint
+        self.chain: Tuple[Tuple[str, int], ...] = ()
 
-    def is_idle(self, input_empty: bool, input_watermark: Timestamp, clock: float) -> bool:
-        """Nothing to do this batch: no input, and no state or nothing that can fire."""
-        return input_empty and (self.keys == 0 or (
-            input_watermark == self.input_watermark and clock == self.clock))
+    # ----- one batch
+    def is_due(self, input_watermark: Timestamp, clock_micros: int) -> bool:
+        """A timer or window expiry due at this input watermark or processing time."""
+        return ((self.next_event_wake is not None
+                 and self.next_event_wake <= input_watermark.micros)
+                or (self.next_processing_wake is not None
+                    and self.next_processing_wake <= clock_micros))
 
-    def skip(self, input_watermark: Timestamp, clock: float) -> None:
-        self.input_watermark = input_watermark
-        self.output_watermark = min(input_watermark, self.hold)
-        self.inputs = self.outputs = 0
-        self.clock = clock
+    def needs_checkpoint(self) -> bool:
+        """State changed since the latest checkpoint (its files are of another version)."""
+        return self.version != (self.chain[-1][1] if self.chain else 0)
 
-    def advance(self, result: Any, metas: List[Dict[str, Any]], input_watermark: Timestamp,
-                holds: bool, clock: float) -> None:
-        if self._result is not None:
-            self._result.unpersist(blocking=False)
-        self._result = result
-        self.state = result.filter(_is_kind_state).map(_payload)
-        self.input_watermark = input_watermark
-        self.hold = min((Timestamp(micros=meta["hold"]) for meta in metas
-                         if holds and meta["hold"] is not None), default=MAX_TIMESTAMP)
-        self.output_watermark = min(input_watermark, self.hold)
-        self.keys = sum(meta["keys"] for meta in metas)
-        self.inputs = sum(meta["inputs"] for meta in metas)
-        self.outputs = sum(meta["outputs"] for meta in metas)
-        self.clock = clock
-        pending = [meta["next_processing_timer"] for meta in metas
-                   if meta["next_processing_timer"] is not None]
-        self.next_processing_timer = min(pending) if pending else None
+    def start_batch(self) -> None:
+        self.inputs = self.outputs = self.touched = 0
 
-    def release(self) -> None:
-        if self._result is not None:
-            self._result.unpersist(blocking=False)
+    def skip(self, input_watermark: Timestamp) -> None:
+        """Nothing to do at this watermark: only the watermarks move."""
+        self.input_watermark = max(self.input_watermark, input_watermark)
+        self.output_watermark = min(self.input_watermark, self.hold)
 
+    def apply(self, reports: List[StepReport], input_watermark: Timestamp, clock: float) -> None:
+        """What the step's partitions reported after running at ``input_watermark``."""
+        if not reports:
+            raise RuntimeError(f"keyed step {self.name!r} ran but no partition reported")
+        versions = {report.version for report in reports}
+        if len(versions) != 1:
+            raise RuntimeError(f"keyed step {self.name!r}: partitions at versions {versions}")
+        self.version = versions.pop()
+        self.input_watermark = max(self.input_watermark, input_watermark)
+        holds = [report.hold for report in reports if report.hold is not None]
+        self.hold = (Timestamp(micros=min(holds)) if self.holds and holds else MAX_TIMESTAMP)
+        self.output_watermark = min(self.input_watermark, self.hold)
+        self.keys = sum(report.keys for report in reports)
+        self.state_bytes = sum(report.state_bytes for report in reports)
+        self.inputs += sum(report.inputs for report in reports)
+        self.outputs += sum(report.outputs for report in reports)
+        self.touched += sum(report.touched for report in reports)
+        self.next_event_wake = _earliest(report.next_event_wake for report in reports)
+        self.next_processing_wake = _earliest(report.next_processing_wake for report in reports)
+
+    def durable(self, directory: Optional[str]) -> Optional[DurableState]:
+        """Where the step's checkpoint files are (None: no checkpoints)."""
+        return None if directory is None else DurableState(directory, self.chain)
+
+    # ----- checkpoints
     def snapshot(self) -> Dict[str, Any]:
-        """The step's watermarks, hold and clock as plain data (its state RDD is collected
-        by :meth:`BatchStages.snapshot`), for a checkpoint."""
+        """The step as plain data, for a checkpoint manifest."""
         return {"name": self.name, "input_watermark": self.input_watermark.micros,
                 "output_watermark": self.output_watermark.micros, "hold": self.hold.micros,
                 "keys": self.keys, "state_bytes": self.state_bytes,
-                "clock": self.clock, "next_processing_timer": self.next_processing_timer}
+                "next_event_wake": self.next_event_wake,
+                "next_processing_wake": self.next_processing_wake,
+                "version": self.version, "chain": [list(entry) for entry in self.chain]}
 
-    def restore(self, snapshot: Dict[str, Any], state: Any) -> None:
-        """Resume from :meth:`snapshot`, with ``state`` the RDD of its state records."""
-        self.state = state
+    def restore(self, snapshot: Dict[str, Any]) -> None:
         self.input_watermark = Timestamp(micros=snapshot["input_watermark"])
         self.output_watermark = Timestamp(micros=snapshot["output_watermark"])
         self.hold = Timestamp(micros=snapshot["hold"])
         self.keys = snapshot["keys"]
         self.state_bytes = snapshot["state_bytes"]
-        self.clock = snapshot["clock"]
-        self.next_processing_timer = snapshot["next_processing_timer"]
+        self.next_event_wake = snapshot["next_event_wake"]
+        self.next_processing_wake = snapshot["next_processing_wake"]
+        self.version = snapshot["version"]
+        self.chain = tuple((kind, version) for kind, version in snapshot["chain"])
 
 
-def _is_kind_state(record) -> bool:
-    return record[0] == "state"
-
-
-def _payload(record) -> Any:
-    return record[1]
+def _earliest(values) -> Optional[int]:
+    present = [value for value in values if value is not None]
+    return min(present) if present else None

@@ -1,83 +1,60 @@
-"""The streaming micro-batch loop (driver side): sources, batches, watermarks, the end.
+"""The streaming micro-batch loop (driver side): sources, batches, rounds, the end.
 
 Each micro-batch:
 
 1. every source delivers: a TestStream its next event (elements, a watermark advance, or a
    processing-time advance of the loop's clock), see :mod:`~runners.spark.streaming.
    test_stream`; without a TestStream the clock is the wall clock;
-2. the stages run over the batch (:class:`~runners.spark.streaming.stages.BatchStages`):
-   elements first, then the watermark advance and the timers it (or the clock) makes due,
-   stage by stage, so panes flow downstream within the batch;
-   Splittable DoFns (the Kafka source, any unbounded SDF) run there too: each batch over
-   its new input and the residuals it deferred in the previous batch, its output watermark
-   held by theirs (:mod:`~runners.spark.streaming.unbounded`);
-3. the batch is logged and reported as metrics (namespace ``spark_streaming``): counter
-   ``batches``, counters ``source_elements`` (elements the sources delivered: TestStream
-   events, splittable DoFn outputs) and ``input_elements`` (elements into keyed steps),
-   distribution ``batch_millis``, gauges ``input_rate`` (source elements per second of wall
-   time since the previous batch started) and ``watermark_lag_millis`` (the clock minus the output
-   watermark of the last keyed step); per keyed step (GroupByKey or stateful stage) gauges
-   ``input_watermark_millis``, ``output_watermark_millis``, ``state_keys`` (keys holding
-   state after the last batch), ``state_bytes`` (encoded state) and a distribution
-   ``state_keys_per_batch``; per splittable DoFn (step: its name) gauges
-   ``input_watermark_millis``, ``output_watermark_millis`` and ``residuals``.
+2. the stages run over the batch as one Spark job (:mod:`~runners.spark.streaming.
+   micro_batch`): elements first, then the watermark advance and the timers it (or the
+   clock) makes due, so panes flow downstream within the job. Keyed state stays on the
+   executors, one store per key partition (:mod:`~runners.spark.streaming.state_store`): a
+   batch touches only the keys it brings or that are due, and a batch with nothing to do
+   runs no job at all. Splittable DoFns (the Kafka source, any unbounded SDF) run there too,
+   over their new input and the residuals they deferred in the previous batch
+   (:mod:`~runners.spark.streaming.unbounded`);
+3. with a TestStream, the batch *settles* as the DirectRunner's does: when the watermarks
+   the job moved (a GroupByKey's holds released, a splittable DoFn's watermark) make a
+   keyed step further down due, another round runs, until none is; on the wall clock the
+   next batch sees them instead (a second job per batch would double its latency);
+4. the batch is reported (:mod:`~runners.spark.streaming.batch_report`).
 
 Without a TestStream the clock is the wall clock and a batch starts every
 ``--batch_interval_seconds``. The job ends by itself once every source is exhausted (no
 residual left) and every watermark is at the end of time; ``--max_batches`` and
-``--streaming_timeout_seconds`` bound it otherwise. Bundle finalizations (Kafka offset
-commits) are called after each batch's output is written.
+``--streaming_timeout_seconds`` bound it otherwise. Bundle finalizations are called after
+each batch's output is written.
 
 With ``--checkpoint_dir`` the loop is checkpointed every ``--checkpoint_interval_batches``
 batches and when it stops by itself, and resumes from the latest checkpoint when started
 again (:mod:`~runners.spark.streaming.checkpoint`; metric ``checkpoint_bytes``).
-
-``--streaming_report FILE`` appends one JSON object per batch, one line each, to FILE (a
-stable format, for live progress and plots; later fields may be added, none removed)::
-
-    {"batch": 3,                 # 0, 1, 2, ...
-     "time": 1700000000.25,      # wall time at the end of the batch, seconds since the epoch
-     "clock": 1700000000.1,      # the loop's clock (processing time) of the batch, seconds
-     "source_elements": 10000,   # elements the sources (TestStream, splittable DoFns) delivered
-     "input_elements": 10000,    # elements into keyed steps (after combiner lifting: partials)
-     "rate": 9800.0,             # source elements per second since the previous batch started
-     "millis": 840,              # batch processing time
-     "input_watermarks": {"Sum/GroupByKey": 1699999990.0, ...},   # per step, see below
-     "output_watermarks": {"Sum/GroupByKey": 1699999980.0, "Read": 1699999990.0, ...},
-     "watermark_lag_seconds": 20.1,  # clock - output watermark of the last keyed step
-     "state_keys": {"Sum/GroupByKey": 120},      # per keyed step
-     "state_bytes": {"Sum/GroupByKey": 5400}}    # per keyed step, encoded
-
-Steps are keyed steps (GroupByKey and stateful stages, by transform name) and splittable
-DoFns (by transform name). Watermarks are seconds since the epoch, ``null`` at the
-beginning of time (nothing known yet) and the string ``"end"`` at the end of time;
-``watermark_lag_seconds`` is ``null`` while either end holds.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
+import shutil
+import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from apache_beam.metrics.cells import DistributionData, GaugeData
-from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
-
-from runners.spark.beam_internals import monitoring_infos
-from runners.spark.components import SharedComponents, iter_encoded
-from runners.spark.execution import RunCancelled
-from runners.spark.metrics import pack
+from runners.spark.components import iter_encoded
 from runners.spark.planning import TEST_STREAM_STAGE, ExecutionPlan
+from runners.spark.stage_graph import RunCancelled, RunContext
+from runners.spark.streaming.batch_report import BatchReporter
 from runners.spark.streaming.checkpoint import Checkpoints
-from runners.spark.streaming.stages import BatchStages
+from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch, checkpoint_partition
+from runners.spark.streaming.micro_batch import Round, RoundGraph, StreamingState
+from runners.spark.streaming.state import processing_micros
+from runners.spark.streaming.state_store import VersionPlan
 from runners.spark.streaming.test_stream import TestStreamSource
 
 _LOGGER = logging.getLogger(__name__)
 
-#: Namespace of the loop's own metrics in ``result.metrics()``.
-METRICS_NAMESPACE = "spark_streaming"
+#: Rounds one TestStream batch may take to settle before the runner calls it a loop.
+MAX_ROUNDS = 1000
 
 
 class StreamingExecution:
@@ -92,7 +69,8 @@ class StreamingExecution:
       batch_interval: seconds between batches when the clock is the wall clock.
       max_batches: stop after this many batches (None: run until the sources end).
       timeout: stop after this many seconds (None: no limit).
-      report_path: append one JSON line per batch to this file (see the module docstring).
+      report_path: append one JSON line per batch to this file (see
+        :mod:`~runners.spark.streaming.batch_report`).
       checkpoint_dir: checkpoint the loop there and resume from it (see :mod:`~runners.
         spark.streaming.checkpoint`); None: no checkpoints.
       checkpoint_interval: batches between checkpoints.
@@ -103,45 +81,47 @@ class StreamingExecution:
                  max_batches: Optional[int] = None, timeout: Optional[float] = None,
                  report_path: Optional[str] = None, checkpoint_dir: Optional[str] = None,
                  checkpoint_interval: int = 10) -> None:
-        self.spark_context = spark_context
-        self.plan = plan
-        self.metrics = metrics
-        self.parallelism = parallelism
-        self.bundle_size = bundle_size
+        self.context = RunContext(spark_context, plan, metrics, parallelism, bundle_size)
         self.batch_interval = batch_interval
         self.max_batches = max_batches
         self.timeout = timeout
-        self.report_path = report_path
+        self.reporter = BatchReporter(metrics, report_path)
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_interval = checkpoint_interval
         self.resumed_from = 0  # the batch of the checkpoint this run resumed from
-        self.components: Optional[SharedComponents] = None
-        self.stages: Optional[BatchStages] = None
+        self.state: Optional[StreamingState] = None
         self.batches = 0
-        #: One dict per batch: index, input elements, millis, watermarks (for inspection).
-        self.history: List[Dict[str, Any]] = []
-        self._cancelled = threading.Event()
-        self._gauge_time = 0.0
-        self._previous_start: Optional[float] = None
+        self._state_root: Optional[str] = None
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        return self.context.plan
+
+    @property
+    def history(self) -> List[Dict[str, Any]]:
+        """One dict per batch, as reported (see :mod:`~runners.spark.streaming.batch_report`)."""
+        return self.reporter.history
 
     def cancel(self) -> None:
-        self._cancelled.set()
+        self.context.cancelled.set()
 
     def run(self) -> None:
-        self.components = SharedComponents.create(self.spark_context, self.plan.components)
-        self.stages = BatchStages(self.spark_context, self.plan, self.components, self.metrics,
-                                  self.parallelism, self.bundle_size)
-        sources = [TestStreamSource(stage, self.components) for stage in self.plan.stages
-                   if stage.kind == TEST_STREAM_STAGE]
+        self.context.start()
+        checkpoints = Checkpoints(self.checkpoint_dir, self.checkpoint_interval, self.plan)
+        self._state_root = tempfile.mkdtemp(prefix="beam-spark-state-")
+        self.state = StreamingState.create(self.context, self._state_root,
+                                           checkpoints.state_directory)
+        sources = [TestStreamSource(stage, self.context.components)
+                   for stage in self.plan.stages if stage.kind == TEST_STREAM_STAGE]
         # A TestStream's clock starts at 0 and moves only with its events, as the
         # DirectRunner's TestClock does; otherwise processing time is the wall clock.
         clock = 0.0 if sources else time.time()
-        checkpoints = Checkpoints(self.checkpoint_dir, self.checkpoint_interval, self.plan)
         clock = checkpoints.restore(self, sources, clock)
+        settle = bool(sources)
         started = time.time()
+        state = self.state
         while True:
-            if self._cancelled.is_set():
-                raise RunCancelled("the pipeline was cancelled")
+            self.context.check_cancelled()
             batch_started = time.time()
             chunks: Dict[bytes, List[bytes]] = {}
             advance = 0.0
@@ -151,16 +131,26 @@ class StreamingExecution:
                     chunks.setdefault(buffer_id, []).extend(buffer_chunks)
                 advance = max(advance, advanced_by)
             clock = clock + advance if sources else time.time()
-            watermarks = {buffer_id: source.watermarks[tag] for source in sources
-                          for tag, buffer_id in source.buffers.items()}
-            self.stages.run_batch(chunks, watermarks, clock)
-            # The batch's output is written: its bundles' finalizations (offset commits) run.
-            self.stages.unbounded.finalize()
-            self._report(batch_started, clock, _test_stream_elements(sources, chunks))
+            for source in sources:
+                for tag, buffer_id in source.buffers.items():
+                    state.watermarks.sources[buffer_id] = source.watermarks[tag]
+            checkpoint = checkpoints.is_due(self.batches + 1)
+            jobs_before = self.context.jobs + state.residuals.jobs
+            rounds, written = self._run_batch(chunks, clock, checkpoint, settle)
+            # The batch's output is written: its bundles' finalizations run.
+            state.residuals.finalize()
+            delivered = _test_stream_elements(sources, chunks) + sum(
+                state.residuals.elements.values())
+            if checkpoint:
+                written.update(self._checkpoint_files(written))
+            self.reporter.report(self.batches, batch_started, clock, delivered,
+                                 self.context.jobs + state.residuals.jobs - jobs_before,
+                                 rounds, state)
             self.batches += 1
-            checkpoints.after_batch(self, sources, clock)
-            if (all(source.finished for source in sources) and not self.stages.unbounded.pending()
-                    and self.stages.watermarks_final(watermarks)):
+            if checkpoint:
+                checkpoints.write(self, sources, clock, written)
+            if (all(source.finished for source in sources) and not state.residuals.pending()
+                    and state.watermarks.final()):
                 break
             if (self.max_batches is not None
                     and self.batches - self.resumed_from >= self.max_batches):
@@ -171,99 +161,97 @@ class StreamingExecution:
                 break
             if not sources:
                 time.sleep(max(0.0, self.batch_interval - (time.time() - batch_started)))
-        checkpoints.finish(self, sources, clock)
+        if checkpoints.enabled and checkpoints.written_batch != self.batches:
+            checkpoints.write(self, sources, clock, self._checkpoint_files({}))
 
-    def _report(self, batch_started: float, clock: float, test_stream_elements: int) -> None:
-        now = time.time()
-        millis = int((now - batch_started) * 1000)
-        steps = list(self.stages.steps.values())
-        inputs = sum(step.inputs for step in steps)
-        since = batch_started if self._previous_start is None else self._previous_start
-        self._previous_start = batch_started
-        delivered = test_stream_elements + sum(self.stages.unbounded.elements.values())
-        rate = delivered / max(now - since, 1e-3)
-        sources = self.stages.unbounded.watermarks(self.stages.stage_watermarks)
-        input_watermarks = {step.name: step.input_watermark for step in steps}
-        input_watermarks.update({name: pair[0] for name, pair in sources.items()})
-        output_watermarks = {step.name: step.output_watermark for step in steps}
-        output_watermarks.update({name: pair[1] for name, pair in sources.items()})
-        last = steps[-1].output_watermark if steps else None
-        lag = (clock - last.micros / 1e6 if last is not None and MIN_TIMESTAMP < last < MAX_TIMESTAMP
-               else None)
-        entry = {"batch": self.batches, "time": now, "clock": clock, "input_elements": inputs,
-                 "source_elements": delivered, "rate": rate, "millis": millis,
-                 "input_watermarks": {name: _seconds(wm) for name, wm in input_watermarks.items()},
-                 "output_watermarks": {name: _seconds(wm)
-                                       for name, wm in output_watermarks.items()},
-                 "watermark_lag_seconds": lag,
-                 "state_keys": {step.name: step.keys for step in steps},
-                 "state_bytes": {step.name: step.state_bytes for step in steps}}
-        self.history.append(entry)
-        if self.report_path:
-            with open(self.report_path, "a", encoding="utf-8") as report:
-                report.write(json.dumps(entry, sort_keys=True) + "\n")
-        _LOGGER.info("streaming batch %d: %d keyed inputs (%.0f/s), %d ms, lag %s s, "
-                     "output watermarks %s", self.batches, inputs, rate, millis,
-                     "-" if lag is None else f"{lag:.1f}", entry["output_watermarks"])
-        infos = [
-            monitoring_infos.int64_user_counter(METRICS_NAMESPACE, "batches", 1, "loop"),
-            monitoring_infos.int64_user_counter(METRICS_NAMESPACE, "input_elements", inputs,
-                                                "loop"),
-            monitoring_infos.int64_user_counter(METRICS_NAMESPACE, "source_elements", delivered,
-                                                "loop"),
-            monitoring_infos.int64_user_distribution(
-                METRICS_NAMESPACE, "batch_millis", DistributionData(millis, 1, millis, millis),
-                "loop"),
-        ]
-        # Gauges keep the value with the latest timestamp (in ms): make each batch's later.
-        self._gauge_time = max(time.time(), self._gauge_time + 0.001)
+    def _run_batch(self, chunks: Dict[bytes, List[bytes]], clock: float, checkpoint: bool,
+                   settle: bool) -> Tuple[int, Dict[str, Tuple[str, int]]]:
+        """Run one batch's rounds; returns how many ran with a job, and the checkpoint files
+        (step name -> (kind, version)) their tasks wrote."""
+        state = self.state
+        for step in state.steps.values():
+            step.start_batch()
+        state.residuals.next_batch()
+        written: Dict[str, Tuple[str, int]] = {}
+        rounds = 0
+        first = True
+        while True:
+            state.watermarks.refresh()
+            round_ = Round(state.round_number + 1, clock, chunks if first else {},
+                           first and not state.watermarks.impulse_done, checkpoint)
+            round_.step_inputs = {key: state.step_input(key) for key in state.steps}
+            graph = RoundGraph(self.context, state, round_)
+            if graph.plan_pass().is_empty():
+                for key, step in state.steps.items():
+                    step.skip(round_.step_inputs[key])
+                state.watermarks.refresh()
+                return rounds, written
+            state.round_number = round_.number
+            graph.apply(graph.run_pass())
+            rounds += 1
+            for key, kind in graph.written.items():
+                written[state.steps[key].name] = (kind, round_.number)
+            if round_.impulse:
+                state.watermarks.impulse_done = True
+            state.watermarks.refresh()
+            first = False
+            if not settle or not self._moved_into_due(clock):
+                return rounds, written
+            if rounds >= MAX_ROUNDS:
+                raise RuntimeError(f"a batch did not settle after {MAX_ROUNDS} rounds: keyed "
+                                   "steps kept becoming due as watermarks moved")
 
-        def gauge(name: str, value: int, step: str) -> None:
-            infos.append(monitoring_infos.int64_user_gauge(
-                METRICS_NAMESPACE, name, GaugeData(int(value), self._gauge_time), step))
+    def _moved_into_due(self, clock: float) -> bool:
+        """A keyed step whose input watermark the last round moved has something due."""
+        state = self.state
+        clock_micros = processing_micros(clock)
+        for key, step in state.steps.items():
+            moved = state.step_input(key)
+            if moved > step.input_watermark and step.is_due(moved, clock_micros):
+                return True
+        return False
 
-        gauge("input_rate", rate, "loop")
-        if lag is not None:
-            gauge("watermark_lag_millis", lag * 1000, "loop")
-        for step in steps:
-            gauge("input_watermark_millis", _millis(step.input_watermark), step.name)
-            gauge("output_watermark_millis", _millis(step.output_watermark), step.name)
-            gauge("state_keys", step.keys, step.name)
-            gauge("state_bytes", step.state_bytes, step.name)
-            infos.append(monitoring_infos.int64_user_distribution(
-                METRICS_NAMESPACE, "state_keys_per_batch",
-                DistributionData(step.keys, 1, step.keys, step.keys), step.name))
-        for name, (input_watermark, output_watermark) in sources.items():
-            gauge("input_watermark_millis", _millis(input_watermark), name)
-            gauge("output_watermark_millis", _millis(output_watermark), name)
-            gauge("residuals", self.stages.unbounded.pending_of(name), name)
-        self.metrics.add(pack(infos))
+    def _checkpoint_files(self, written: Dict[str, Tuple[str, int]]) -> Dict[str, Tuple[str, int]]:
+        """Checkpoint files for the steps whose state changed since their last checkpoint
+        and that did not write one at their current version in this batch: one Spark job,
+        a task per key partition, that reads no key."""
+        state = self.state
+        added: Dict[str, Tuple[str, int]] = {}
+        parts = []
+        parallelism = self.context.parallelism
+        for step in state.steps.values():
+            if not step.needs_checkpoint() or written.get(step.name, (None, -1))[1] == step.version:
+                continue
+            kind = state.checkpoint_kind(step)
+            versions = VersionPlan(step.version, step.version,
+                                   step.durable(state.durable_directory(step)), kind)
+            batch = KeyedBatch(step.name, state.state_root, BatchTimes(0, 0, 0, 0.0), versions,
+                               process=False)
+            parts.append(self.context.spark_context.parallelize([], parallelism)
+                         .mapPartitionsWithIndex(functools.partial(checkpoint_partition, batch)))
+            added[step.name] = (kind, step.version)
+        if parts:
+            self.context.before_job()
+            union = parts[0] if len(parts) == 1 else self.context.spark_context.union(parts)
+            union.collect()
+        return added
 
     def release(self) -> None:
-        if self.stages is not None:
-            self.stages.release()
-        if self.components is not None:
-            self.components.release()
+        self.context.release()
+        if self._state_root is not None:
+            shutil.rmtree(self._state_root, ignore_errors=True)
 
 
 def _test_stream_elements(sources: List[TestStreamSource],
                           chunks: Dict[bytes, List[bytes]]) -> int:
-    """Elements the TestStreams delivered this batch."""
-    return sum(1 for source in sources for tag, buffer_id in source.buffers.items()
-               for chunk in chunks.get(buffer_id, [])
-               for _ in iter_encoded(source.output_impls[tag], chunk))
+    """Elements a TestStream delivered this batch (its buffers' chunks, decoded)."""
+    count = 0
+    for source in sources:
+        for tag, buffer_id in source.buffers.items():
+            impl = source.output_impls[tag]
+            for chunk in chunks.get(buffer_id, []):
+                count += sum(1 for _ in iter_encoded(impl, chunk))
+    return count
 
 
-def _seconds(watermark: Timestamp) -> Any:
-    """A watermark in the report: seconds, None at the beginning of time, "end" at its end."""
-    if watermark <= MIN_TIMESTAMP:
-        return None
-    if watermark >= MAX_TIMESTAMP:
-        return "end"
-    return watermark.micros / 1e6
-
-
-def _millis(watermark: Timestamp) -> int:
-    if watermark >= MAX_TIMESTAMP:
-        return MAX_TIMESTAMP.micros // 1000
-    return watermark.micros // 1000
+__all__ = ["StreamingExecution", "RunCancelled"]

@@ -1,7 +1,8 @@
 """Per-key streaming state, encoded explicitly and versioned.
 
-State survives from micro-batch to micro-batch in Spark RDDs, so it is bytes, never live
-objects: Beam's ``InMemoryUnmergedState`` (what the trigger driver reads and writes) holds a
+State survives from micro-batch to micro-batch in each key partition's store
+(:mod:`~runners.spark.streaming.state_store`), so it is bytes, never live objects: Beam's
+``InMemoryUnmergedState`` (what the trigger driver reads and writes) holds a
 ``defaultdict(lambda)`` and does not pickle. Two kinds of state exist:
 
 * **GroupByKey state** (one per key): the trigger driver's timers, per-window state (the
@@ -9,8 +10,8 @@ objects: Beam's ``InMemoryUnmergedState`` (what the trigger driver reads and wri
   windows, the window-id table. Windows are encoded with the WindowFn's window coder,
   buffered elements with the value coder; the trigger's bookkeeping values are plain
   Python scalars (counts, flags, timestamps), pickled.
-* **Stateful DoFn state** (one per partition): the Fn API user-state cells, exactly the
-  bytes the SDK harness wrote, and the pending timers, encoded with the timer coder.
+* **Stateful DoFn state** (one per key): the Fn API user-state cells of the key, exactly the
+  bytes the SDK harness wrote, and its pending timers, encoded with the timer coder.
 
 Every blob starts with :data:`STATE_VERSION`; decoding another version fails loudly.
 Windows are garbage-collected once expired (:func:`expire_windows`).
@@ -18,13 +19,17 @@ Windows are garbage-collected once expired (:func:`expire_windows`).
 
 from __future__ import annotations
 
+import math
 import pickle
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from runners.spark.beam_internals import InMemoryUnmergedState
+from apache_beam.utils.timestamp import Timestamp
 
-#: Version of every state blob this module writes; bump it when the layout changes.
-STATE_VERSION = 1
+from runners.spark.beam_internals import InMemoryUnmergedState, TimeDomain
+
+#: Version of every state blob this module writes; bump it when the layout changes
+#: (2: a stateful stage's state per key, no longer per partition).
+STATE_VERSION = 2
 
 #: The trigger driver's tag for buffered elements (GeneralTriggerDriver.ELEMENTS).
 _ELEMENTS_TAG = "elements"
@@ -147,7 +152,8 @@ def expire_windows(state: Any, input_watermark: Any, allowed_lateness: Any,
 
 def encode_user_state(cells: Dict[bytes, List[bytes]],
                       timers: Dict[Tuple[str, str], List[bytes]]) -> bytes:
-    """A stateful stage's partition state: Fn API state cells and encoded pending timers."""
+    """One key's state in a stateful stage: its Fn API state cells (serialized state key ->
+    values, exactly the bytes the SDK harness wrote) and its pending timers, encoded."""
     return pickle.dumps((STATE_VERSION, cells, timers), protocol=5)
 
 
@@ -156,3 +162,43 @@ def decode_user_state(blob: bytes) -> Tuple[Dict[bytes, List[bytes]],
     version, cells, timers = pickle.loads(blob)
     _check_version(version)
     return cells, timers
+
+
+def processing_micros(seconds: Any) -> int:
+    """Processing time (the loop's clock, seconds) in the micros the store indexes; the
+    same function for timers and the clock, so ``timer <= clock`` is kept.
+
+    >>> processing_micros(1.5)
+    1500000
+    """
+    return math.floor(float(seconds) * 1_000_000)
+
+
+def trigger_wakes(state: Any, allowed_lateness: Any,
+                  merge_reach: Any) -> Tuple[Optional[int], Optional[int]]:
+    """When a key's trigger state next needs its task (micros): (earliest event-time timer
+    or window expiry, earliest processing-time timer); None when never.
+
+    A window expires once the input watermark passes ``end + allowed lateness (+ the merge
+    reach of a merging WindowFn)``, as :func:`expire_windows` collects it.
+    """
+    event: Optional[int] = None
+    processing: Optional[int] = None
+    for _, timers in state.timers.items():
+        for (_, domain, _), timestamp in timers.items():
+            if domain == TimeDomain.REAL_TIME:
+                micros = processing_micros(timestamp)
+                processing = micros if processing is None else min(processing, micros)
+            else:
+                micros = Timestamp.of(timestamp).micros
+                event = micros if event is None else min(event, micros)
+    window_ids = state.global_state.get(_WINDOW_IDS_TAG)
+    windows = (list(window_ids) if window_ids is not None else
+               [window for window in set(state.state) | set(state.timers)
+                if not isinstance(window, int)])
+    if window_ids is None or merge_reach is not None:
+        reach = merge_reach if window_ids is not None else 0
+        for window in windows:
+            expiry = (window.end + allowed_lateness + reach).micros + 1
+            event = expiry if event is None else min(event, expiry)
+    return event, processing

@@ -1,74 +1,104 @@
 """A stateful stage (state and timers of a DoFn) in streaming, over one key partition.
 
 The stage's input is partitioned by key, so a key's user state and timers always live in the
-same partition; they are carried from micro-batch to micro-batch as one encoded blob per
-partition (:func:`~runners.spark.streaming.state.encode_user_state`): the Fn API state cells
-the SDK harness wrote, and the timers it set and that have not fired.
+same partition's store (:mod:`~runners.spark.streaming.state_store`), one entry per key:
+the Fn API state cells the SDK harness wrote for it and its timers that have not fired
+(:func:`~runners.spark.streaming.state.encode_user_state`).
 
-Per batch, in the task: the state cells are loaded into the bundle's state handler, the
-batch's elements run as one bundle, then timers due at the new input watermark (event time)
-or the loop's clock (processing time) fire, earliest first, round after round until none is
-due (a timer may set another), as the DirectRunner extracts fired timers. Outputs are
-tagged records like :mod:`~runners.spark.streaming.grouping`'s.
+Per batch, in the task: the keys of the batch's elements and the keys whose timers are due
+(event time at the new input watermark, processing time at the loop's clock) are read from
+the store into the bundle's state handler; the batch's elements run as one bundle, in key
+order; then due timers fire, earliest first, round after round until none is due (a timer
+may set another), as the DirectRunner extracts fired timers; each key read or written is
+stored back (or deleted once it holds nothing). Outputs are ``Elements`` on the stage's
+output ports, then the reports received and this partition's ``StepReport``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Set, Tuple
 
-from runners.spark.beam_internals import StateServicer
-from runners.spark.bundles import PendingTimers, StageProcessor, StageTask
+from runners.spark.beam_internals import beam_fn_api_pb2
+from runners.spark.bundles import PendingTimers, StageTask, checkin, checkout
 from runners.spark.components import join_chunks
 from runners.spark.errors import TaskFailure
 from runners.spark.metrics import pack
+from runners.spark.records import Elements, KeyedElements, unpack_keyed
 from runners.spark.side_inputs import TaskStateHandler
-from runners.spark.streaming.grouping import MAX_TIMER_ROUNDS, BatchTimes, state_record
-from runners.spark.streaming.state import decode_user_state, encode_user_state
+from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, KeyedBatch
+from runners.spark.streaming.state import (
+    decode_user_state,
+    encode_user_state,
+    processing_micros,
+)
+from runners.spark.streaming.state_store import KeyState, PartitionState
 
-#: descriptor digest -> idle processors, per Python worker process.
-_POOL: Dict[str, List[StageProcessor]] = {}
 
-
-def process_stateful_partition(task: StageTask, times: BatchTimes, partition: int,
-                               records: Iterable[Tuple[Any, Tuple[str, Any]]]
-                               ) -> Iterator[Tuple[str, Any]]:
+def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: int,
+                               records: Iterable[Any]) -> Iterator[Any]:
     stage = task.stage
     output_index = {transform_id: index for index, (transform_id, _) in enumerate(stage.outputs)}
-    idle = _POOL.get(task.digest)
-    processor = idle.pop() if idle else StageProcessor(task.descriptor())
+    by_key: Dict[bytes, List[Tuple[int, bytes]]] = {}
+    reports: List[Any] = []
+    inputs = 0
+    for record in records:
+        if type(record) is KeyedElements:
+            for key, element in unpack_keyed(record.data):
+                by_key.setdefault(key, []).append((record.port, element))
+                inputs += 1
+        else:
+            reports.append(record)
+    # Timers carry the key itself: encode it as the SDK encodes its state keys' keys.
+    key_impl = task.components.coder_impl(stage.key_coder_id)
+    times = batch.times
+    processor = checkout(task)
     table = task.side_inputs.value if task.side_inputs is not None else None
     handler = TaskStateHandler(table)
     processor.state.target = handler
     timers = PendingTimers(processor, stage)
     collected: List[Any] = []
-    bundle: Dict[str, List[bytes]] = {}
-    inputs = 0
+    outputs: List[Tuple[int, bytes]] = []
     try:
-        for _, (kind, payload) in records:
-            if kind == "state":
-                cells, encoded_timers = decode_user_state(payload)
-                user_state: StateServicer = handler._user_state
-                for state_key, values in cells.items():
-                    user_state._state[state_key] = list(values)
-                timers.add(encoded_timers)
-            else:
-                index, element = payload
-                bundle.setdefault(stage.inputs[index].transform_id, []).append(element)
-                inputs += 1
-        outputs: List[Tuple[int, bytes]] = []
-        data = {transform_id: list(join_chunks(iter(pieces)))
-                for transform_id, pieces in bundle.items()}
-        if data:
-            outputs.extend(_run(processor, data, {}, timers, collected, output_index))
-        for _ in range(MAX_TIMER_ROUNDS):
-            due = timers.take_due(times.input_after, times.processing_time)
-            if not due:
-                break
-            outputs.extend(_run(processor, {}, due, timers, collected, output_index))
-        else:
-            raise RuntimeError(
-                f"timers of stage {stage.name!r} kept firing for {MAX_TIMER_ROUNDS} rounds "
-                f"at watermark {times.timestamp('input_after')}")
+        with PartitionState.open(batch.location(partition), batch.versions) as store:
+            keys: Set[bytes] = set(by_key)
+            if batch.process:
+                keys |= store.due(times.input_after, processing_micros(times.processing_time))
+            for key in keys:
+                found = store.get(key)
+                if found is not None:
+                    cells, encoded_timers = decode_user_state(found.blob)
+                    handler.load_user_state(cells)
+                    timers.add(encoded_timers)
+            data: Dict[str, List[bytes]] = {}
+            for key in sorted(by_key):
+                for port, element in by_key[key]:
+                    data.setdefault(stage.inputs[port].transform_id, []).append(element)
+            if data:
+                data = {transform_id: list(join_chunks(iter(pieces)))
+                        for transform_id, pieces in data.items()}
+                outputs.extend(_run(processor, data, {}, timers, collected, output_index))
+            if batch.process:
+                for _ in range(MAX_TIMER_ROUNDS):
+                    due = timers.take_due(times.input_after, times.processing_time)
+                    if not due:
+                        break
+                    outputs.extend(_run(processor, {}, due, timers, collected, output_index))
+                else:
+                    raise RuntimeError(
+                        f"timers of stage {stage.name!r} kept firing for {MAX_TIMER_ROUNDS} "
+                        f"rounds at watermark {times.timestamp('input_after')}")
+            cells = _cells_by_key(handler.user_state())
+            pending = timers.by_key(key_impl.encode)
+            for key in sorted(keys | set(cells) | set(pending)):
+                key_cells = cells.get(key, {})
+                key_timers = pending.get(key)
+                if not key_cells and key_timers is None:
+                    store.delete(key)
+                    continue
+                store.put(key, KeyState(
+                    encode_user_state(key_cells, key_timers.encoded if key_timers else {}),
+                    key_timers.event if key_timers else None,
+                    key_timers.processing if key_timers else None))
     except TaskFailure:
         processor.processor.shutdown()
         raise
@@ -76,22 +106,29 @@ def process_stateful_partition(task: StageTask, times: BatchTimes, partition: in
         processor.processor.shutdown()
         raise TaskFailure.wrap(stage.name, error) from None
     else:
-        _POOL.setdefault(task.digest, []).append(processor)
+        checkin(task, processor)
     finally:
         processor.state.target = TaskStateHandler()
         if collected and task.metrics is not None:
             task.metrics.add(pack(collected))
     for index, chunk in outputs:
-        yield "out", (index, chunk)
-    cells = {key: list(values) for key, values in handler._user_state._state.items() if values}
-    yield "state", state_record(partition, encode_user_state(cells, timers.encoded()))
-    yield "meta", {"hold": None, "keys": len(cells) + timers.count(), "inputs": inputs,
-                   "outputs": len(outputs),
-                   "next_processing_timer": timers.next_processing_time()}
+        yield Elements(index, chunk)
+    yield from reports
+    yield batch.report(partition, store.summary, inputs, len(outputs), store.touched)
 
 
-def _run(processor: StageProcessor, data, fired, timers: PendingTimers, collected, output_index):
-    """One bundle (and its bounded residuals); returns tagged output chunks."""
+def _cells_by_key(cells: Dict[bytes, List[bytes]]) -> Dict[bytes, Dict[bytes, List[bytes]]]:
+    """User-state cells grouped by the encoded key in their state key."""
+    grouped: Dict[bytes, Dict[bytes, List[bytes]]] = {}
+    for state_key, values in cells.items():
+        parsed = beam_fn_api_pb2.StateKey.FromString(state_key)
+        key = getattr(parsed, parsed.WhichOneof("type")).key
+        grouped.setdefault(key, {})[state_key] = values
+    return grouped
+
+
+def _run(processor, data, fired, timers: PendingTimers, collected, output_index):
+    """One bundle (and its bounded residuals); returns (output index, chunk) pairs."""
     results = []
     while True:
         outputs, timers_set, residuals, infos = processor.run_bundle(data, fired)

@@ -16,9 +16,11 @@ watermark: ``min(input watermark, residual watermarks)`` (a residual without one
 at the beginning of time, as Beam's FnApiRunner does). With no residual left and the input
 done, the stage's output watermark is its input watermark; it never moves back.
 
-Exactly once per batch: re-reading a source is not deterministic, so the stage's result is
-persisted and locally checkpointed, and one Spark job computes it (collecting the
-residuals); readers downstream read that result, never a recomputation.
+The stage runs in the micro-batch's one Spark job, like every stage: its residuals travel
+to the driver as reports (:class:`~runners.spark.records.Residual`) with the batch's data,
+and are applied when the job is done (:meth:`CarriedResiduals.apply`). So the watermark a
+batch's keyed steps see from a splittable DoFn is the one its residuals reported in the
+*previous* batch: the data of this batch is at or after it.
 
 Bundle finalization (Kafka commits offsets there): the callbacks are not called when the
 bundle ends, but once the whole batch's output has been written: the loop then calls
@@ -33,7 +35,7 @@ Checkpointing (``--checkpoint_dir``): :meth:`CarriedResiduals.snapshot` returns 
 residuals as versioned JSON bytes, :meth:`CarriedResiduals.restore` takes them back.
 
 >>> carried = CarriedResiduals()
->>> carried.residuals[3] = [Residual(0, b"element", 5_000_000, 0.0)]
+>>> carried.residuals[3] = [CarriedResidual(0, b"element", 5_000_000, 0.0)]
 >>> carried.hold(3)  # stage 3's output watermark is held at 5 s
 Timestamp(5)
 >>> restored = CarriedResiduals()
@@ -55,11 +57,11 @@ import time
 from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
 
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
-from pyspark import StorageLevel
 
 from runners.spark.beam_internals import beam_fn_api_pb2, common_urns, monitoring_infos
 from runners.spark.bundles import DeferredWork, StageTask, process_partition
 from runners.spark.planning import SDK_STAGE, StageSpec
+from runners.spark.records import Elements, Residual, SplittableReport
 from runners.spark.streaming import coders as _coders  # noqa: F401 (registers the coder)
 
 _LOGGER = logging.getLogger(__name__)
@@ -72,7 +74,7 @@ FINALIZE_ATTEMPTS = 5
 
 
 @dataclasses.dataclass(frozen=True)
-class Residual:
+class CarriedResidual:
     """One deferred restriction: the stage input it re-enters, its encoded element, the
     watermark its estimator reported (micros; None: unknown) and when it may resume."""
 
@@ -107,22 +109,22 @@ class CarriedResiduals:
     def __init__(self, spark_context: Any = None, parallelism: int = 1) -> None:
         self.sc = spark_context
         self.parallelism = parallelism
-        self.residuals: Dict[int, List[Residual]] = {}
+        self.residuals: Dict[int, List[CarriedResidual]] = {}
+        #: Spark jobs run to call bundle finalizations (for the batch report).
+        self.jobs = 0
         #: stage index -> elements the splittable DoFn emitted this batch.
         self.elements: Dict[int, int] = {}
-        self._results: Dict[int, Any] = {}
+        self._ran: Dict[int, float] = {}  # stage index -> clock, in the job being built
         self._batch = 0
         self._pending: Dict[int, Tuple[int, int]] = {}  # pid -> (report sequence, pending)
         #: Callbacks of batches before this one that are still pending are dropped.
         self._stale_before = 0
         self._names: Dict[int, Optional[str]] = {}  # stage index -> splittable DoFn or None
         self._outputs: Dict[int, FrozenSet[str]] = {}  # stage index -> its PCollections
-        #: stage index -> the stage's input watermark in the last batch.
-        self.input_watermarks: Dict[int, Timestamp] = {}
 
     # ----- the plan
     def reads(self, stage: StageSpec) -> bool:
-        """True for a stage that runs a splittable DoFn (it is run by :meth:`run`)."""
+        """True for a stage that runs a splittable DoFn (built by :meth:`stage_rdd`)."""
         if stage.index not in self._names:
             step = splittable_step(stage)
             self._names[stage.index] = None if step is None else step[0]
@@ -130,17 +132,9 @@ class CarriedResiduals:
         return self._names[stage.index] is not None
 
     # ----- watermarks
-    def output_watermark(self, stage_index: int, input_watermark: Timestamp,
-                         previous: Timestamp) -> Timestamp:
-        """min(input watermark, residual watermarks), never before ``previous``."""
-        self.input_watermarks[stage_index] = input_watermark
-        return max(previous, min(input_watermark, self.hold(stage_index)))
-
-    def watermarks(self, stage_watermarks: Dict[int, Timestamp]
-                   ) -> Dict[str, Tuple[Timestamp, Timestamp]]:
-        """{splittable DoFn name: (input watermark, output watermark)} after the last batch."""
-        return {self._names[index]: (watermark, stage_watermarks.get(index, MIN_TIMESTAMP))
-                for index, watermark in self.input_watermarks.items()}
+    def name_of(self, stage_index: int) -> Optional[str]:
+        """The splittable DoFn's name (its transform's) that a stage runs."""
+        return self._names.get(stage_index)
 
     def pending_of(self, name: str) -> int:
         """Residuals carried for the splittable DoFn ``name``."""
@@ -162,51 +156,52 @@ class CarriedResiduals:
         self._batch += 1
         self.elements = {}
 
-    def run(self, stage: StageSpec, task: StageTask, sources: List[Tuple[int, Any, Any]],
-            inputs_empty: bool, clock: float) -> Tuple[Any, bool]:
-        """Run the stage over this batch's input and its due residuals, exactly once.
+    def has_due(self, stage: StageSpec, clock: float) -> bool:
+        return any(residual.resume_at <= clock for residual in self.residuals.get(stage.index, []))
 
-        Returns the stage's tagged output RDD and whether it is known to be empty; the
-        residuals it deferred replace the ones it ran.
-        """
-        carried = self.residuals.get(stage.index, [])
-        due = [residual for residual in carried if residual.resume_at <= clock]
-        waiting = [residual for residual in carried if residual.resume_at > clock]
-        if inputs_empty and not due:
-            return self.sc.emptyRDD(), True
-        tagged = [rdd.map(functools.partial(_tag, index)) for index, _, rdd in sources
-                  if not inputs_empty]
+    def stage_rdd(self, stage: StageSpec, task: StageTask, records: Any, input_live: bool,
+                  clock: float) -> Any:
+        """The stage over this batch's input and its due residuals: ``Elements`` on its
+        outputs, then ``Residual`` and ``SplittableReport`` reports (applied by
+        :meth:`apply` once the batch's job is done)."""
+        due = [residual for residual in self.residuals.get(stage.index, [])
+               if residual.resume_at <= clock]
+        parts = [records] if input_live else []
         if due:
-            records = [(residual.input_index, residual.element) for residual in due]
-            tagged.append(self.sc.parallelize(records, min(len(records), self.parallelism)))
-        records = tagged[0] if len(tagged) == 1 else self.sc.union(tagged)
-        result = records.mapPartitions(functools.partial(
-            process_splittable_partition, task, self._batch, self._stale_before,
+            carried = [Elements(residual.input_index, residual.element) for residual in due]
+            parts.append(self.sc.parallelize(carried, min(len(carried), self.parallelism)))
+        union = (self.sc.emptyRDD() if not parts else parts[0] if len(parts) == 1
+                 else self.sc.union(parts))
+        self._ran[stage.index] = clock
+        return union.mapPartitions(functools.partial(
+            process_splittable_partition, task, stage.index, self._batch, self._stale_before,
             self._outputs[stage.index]))
-        result = result.persist(StorageLevel.MEMORY_AND_DISK)
-        result.localCheckpoint()
-        reports = result.filter(_is_not_output).collect()
-        self._release(stage.index)
-        self._results[stage.index] = result
-        deferred = waiting + [
-            Residual(payload[0], payload[1], payload[2], clock + payload[3])
-            for kind, payload in reports if kind == "residual"]
-        self.residuals[stage.index] = deferred
-        outputs = 0
-        for kind, meta in reports:
-            if kind == "meta":
-                outputs += meta["outputs"]
-                self.elements[stage.index] = self.elements.get(stage.index, 0) + meta["elements"]
-                self._note_pending(meta)
-        if not outputs:
-            return self.sc.emptyRDD(), True
-        return result.filter(_is_output).map(_payload), False
+
+    def apply(self, reports: List[Any]) -> None:
+        """Take the residuals and reports of the stages run by the batch's job: each
+        stage's new residuals replace the ones it ran."""
+        deferred: Dict[int, List[CarriedResidual]] = {index: [] for index in self._ran}
+        for report in reports:
+            if isinstance(report, Residual):
+                clock = self._ran[report.stage]
+                deferred[report.stage].append(CarriedResidual(
+                    report.port, report.element, report.watermark_micros,
+                    clock + report.delay_seconds))
+            elif isinstance(report, SplittableReport):
+                self.elements[report.stage] = (self.elements.get(report.stage, 0)
+                                               + report.elements)
+                self._note_pending(report)
+        for index, clock in self._ran.items():
+            waiting = [residual for residual in self.residuals.get(index, [])
+                       if residual.resume_at > clock]
+            self.residuals[index] = waiting + deferred[index]
+        self._ran = {}
 
     # ----- finalization
-    def _note_pending(self, meta: Dict[str, Any]) -> None:
-        sequence, _ = self._pending.get(meta["pid"], (-1, 0))
-        if meta["sequence"] > sequence:
-            self._pending[meta["pid"]] = (meta["sequence"], meta["pending"])
+    def _note_pending(self, report: SplittableReport) -> None:
+        sequence, _ = self._pending.get(report.pid, (-1, 0))
+        if report.sequence > sequence:
+            self._pending[report.pid] = (report.sequence, report.pending)
 
     def finalize(self) -> int:
         """Call the finalizations of every batch run so far (its output was written);
@@ -219,8 +214,9 @@ class CarriedResiduals:
             reports = self.sc.parallelize(range(slices), slices).mapPartitions(
                 functools.partial(_finalize_partition, self._batch + 1,
                                   self._stale_before)).collect()
-            for meta in reports:
-                self._note_pending(meta)
+            self.jobs += 1
+            for report in reports:
+                self._note_pending(report)
         missed = [pid for pid, (_, pending) in self._pending.items() if pending]
         if missed:
             _LOGGER.warning("streaming: bundle finalizations of worker processes %s could not "
@@ -247,18 +243,10 @@ class CarriedResiduals:
             raise ValueError(f"residual snapshot version {data.get('version')!r}: this runner "
                              f"reads version {SNAPSHOT_VERSION}; start without the checkpoint")
         self.residuals = {
-            int(index): [Residual(input_index, base64.b64decode(element), watermark, resume_at)
+            int(index): [CarriedResidual(input_index, base64.b64decode(element), watermark, resume_at)
                          for input_index, element, watermark, resume_at in residuals]
             for index, residuals in data["stages"].items()}
 
-    def _release(self, stage_index: int) -> None:
-        previous = self._results.pop(stage_index, None)
-        if previous is not None:
-            previous.unpersist(blocking=False)
-
-    def release(self) -> None:
-        for index in list(self._results):
-            self._release(index)
 
 
 # ----- worker side
@@ -283,9 +271,9 @@ def _finalize_before(batch: int, stale_before: int) -> None:
                 _LOGGER.warning("bundle finalization failed: %s", error)
 
 
-def _report(outputs: int, elements: int = 0) -> Dict[str, Any]:
-    return {"pid": os.getpid(), "sequence": next(_SEQUENCE),
-            "pending": len(_FINALIZATIONS), "outputs": outputs, "elements": elements}
+def _report(stage: int, outputs: int, elements: int = 0) -> SplittableReport:
+    return SplittableReport(stage, os.getpid(), next(_SEQUENCE), len(_FINALIZATIONS), outputs,
+                            elements)
 
 
 def _element_count(infos: List[Any], pcollections: FrozenSet[str]) -> int:
@@ -295,31 +283,31 @@ def _element_count(infos: List[Any], pcollections: FrozenSet[str]) -> int:
                and info.labels.get(monitoring_infos.PCOLLECTION_LABEL) in pcollections)
 
 
-def process_splittable_partition(task: StageTask, batch: int, stale_before: int,
-                                 counted: FrozenSet[str], records: Iterable[Tuple[int, bytes]]
-                                 ) -> Iterator[Tuple[str, Any]]:
-    """The stage over one partition; yields ``("out", (output index, chunk))`` records,
-    ``("residual", (input index, element, watermark micros, delay seconds))`` records and
-    one ``("meta", {...})``."""
+def process_splittable_partition(task: StageTask, stage_index: int, batch: int,
+                                 stale_before: int, counted: FrozenSet[str],
+                                 records: Iterable[Any]) -> Iterator[Any]:
+    """The stage over one partition: ``Elements`` on its outputs, the reports it received,
+    a :class:`Residual` per deferred restriction and one :class:`SplittableReport`."""
     _finalize_before(batch, stale_before)
     deferred = DeferredWork()
     outputs = 0
-    for index, chunk in process_partition(task, records, deferred):
-        outputs += 1
-        yield "out", (index, chunk)
+    for record in process_partition(task, records, deferred):
+        if type(record) is Elements:
+            outputs += 1
+        yield record
     input_index = {spec.transform_id: index for index, spec in enumerate(task.stage.inputs)}
     for transform_id, residual in deferred.residuals:
-        yield "residual", (input_index[transform_id], residual.application.element,
-                           _watermark_micros(residual), _delay_seconds(residual))
+        yield Residual(stage_index, input_index[transform_id], residual.application.element,
+                       _watermark_micros(residual), _delay_seconds(residual))
     if deferred.finalizations:
         _FINALIZATIONS.append((batch, deferred.finalizations))
-    yield "meta", _report(outputs, _element_count(deferred.monitoring_infos, counted))
+    yield _report(stage_index, outputs, _element_count(deferred.monitoring_infos, counted))
 
 
-def _finalize_partition(batch: int, stale_before: int, unused) -> Iterator[Dict[str, Any]]:
+def _finalize_partition(batch: int, stale_before: int, unused) -> Iterator[SplittableReport]:
     _finalize_before(batch, stale_before)
     time.sleep(0.05)  # keep this worker busy so the job's other tasks reach other workers
-    yield _report(0)
+    yield _report(-1, 0)
 
 
 def _watermark_micros(residual: Any) -> Optional[int]:
@@ -335,19 +323,3 @@ def _delay_seconds(residual: Any) -> float:
         return 0.0
     delay = residual.requested_time_delay
     return delay.seconds + delay.nanos / 1e9
-
-
-def _tag(index: int, chunk: bytes) -> Tuple[int, bytes]:
-    return index, chunk
-
-
-def _is_output(record) -> bool:
-    return record[0] == "out"
-
-
-def _is_not_output(record) -> bool:
-    return record[0] != "out"
-
-
-def _payload(record) -> Any:
-    return record[1]

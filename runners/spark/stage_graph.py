@@ -1,0 +1,401 @@
+"""One pass over a plan's fused stages as Spark RDDs: how every stage runs, in batch and in
+each streaming micro-batch.
+
+A pass is planned before it is built, as Beam's FnApiRunner plans stages before running
+them: :meth:`StageGraph.plan_pass` decides on the driver, without Spark, which stages run and
+which buffers may hold data (a micro-batch skips what has nothing to do, and an idle one runs
+no job at all); :meth:`StageGraph.run_pass` then makes each running stage an RDD, in the
+plan's topological order, and runs the pass's one Spark job.
+
+* A stage's input is the union of what its input buffers received, each element chunk
+  labelled with the stage input it feeds (:class:`~runners.spark.records.Elements`); it runs
+  with ``mapPartitions`` (:func:`~runners.spark.bundles.process_partition`: one partition,
+  one bundle of Beam's SDK harness). A Reshuffle stage is a shuffle of the runner's.
+* A ``group:`` buffer is a GroupByKey the runner performs on what its writers wrote; a
+  stateful stage's input is partitioned by key first. How (batch: Spark's groupByKey and
+  Beam's trigger driver over all of a key's elements; streaming: keyed state kept per
+  partition) is the subclass's (:meth:`group_rdd`, :meth:`keyed_stage_rdd`).
+* Reports for the driver (:mod:`runners.spark.records`) travel with the data: a stage read by
+  exactly one reader hands them on to it; a stage read by several is persisted (so it runs
+  once) and its reports go straight to the pass's job. That job collects the reports of
+  every stage nobody reads (sinks): one Spark job per pass.
+* Side inputs are collected (a Spark job, before their reader is built), laid out per
+  window and broadcast (:mod:`runners.spark.side_inputs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from pyspark import StorageLevel
+
+from runners.spark import shuffle
+from runners.spark import side_inputs as side_input_tables
+from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER
+from runners.spark.bundles import StageTask, process_partition
+from runners.spark.components import SharedComponents
+from runners.spark.planning import (
+    RESHUFFLE_STAGE,
+    TEST_STREAM_STAGE,
+    ExecutionPlan,
+    GroupSpec,
+    StageSpec,
+)
+from runners.spark.records import Elements, data_of, is_elements_of, is_report, relabel
+
+#: Stage descriptors larger than this are broadcast instead of shipped with every task
+#: (they carry the stage's pickled DoFns, which can hold large objects).
+BROADCAST_DESCRIPTOR_BYTES = 256 << 10
+
+
+class RunCancelled(RuntimeError):
+    """The run was cancelled before it could start its next Spark job."""
+
+
+@dataclasses.dataclass
+class RunContext:
+    """What every pass of one run shares: Spark, the plan, and per-run caches.
+
+    Args:
+      spark_context: the SparkContext to run on.
+      plan: the fused stages.
+      metrics: accumulator receiving each task's serialized MonitoringInfos.
+      parallelism: partitions of every shuffle (key partitions of keyed steps).
+      bundle_size: at most this many elements per bundle, or None (a partition per bundle).
+    """
+
+    spark_context: Any
+    plan: ExecutionPlan
+    metrics: Any
+    parallelism: int
+    bundle_size: Optional[int]
+    components: Optional[SharedComponents] = None
+    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
+    jobs: int = 0  # Spark jobs this run started
+    _descriptors: Dict[int, Any] = dataclasses.field(default_factory=dict)
+
+    def start(self) -> None:
+        self.components = SharedComponents.create(self.spark_context, self.plan.components)
+
+    def check_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise RunCancelled("the pipeline was cancelled")
+
+    def before_job(self) -> None:
+        """Call before each Spark job: refuses once cancelled, and counts the job."""
+        self.check_cancelled()
+        self.jobs += 1
+
+    def stage_task(self, stage: StageSpec, side_inputs: Any = None) -> StageTask:
+        """What a task needs to run ``stage``; a large descriptor is broadcast once a run."""
+        descriptor = None
+        if len(stage.descriptor) > BROADCAST_DESCRIPTOR_BYTES:
+            if stage.index not in self._descriptors:
+                self._descriptors[stage.index] = self.spark_context.broadcast(stage.descriptor)
+            descriptor = self._descriptors[stage.index]
+        return StageTask(stage, self.components, side_inputs, self.metrics, self.bundle_size,
+                         descriptor)
+
+    def release(self) -> None:
+        for broadcast in self._descriptors.values():
+            broadcast.unpersist()
+        self._descriptors = {}
+        if self.components is not None:
+            self.components.release()
+
+
+@dataclasses.dataclass
+class PassPlan:
+    """Which stages run in a pass, and who reads what (driver-side, no Spark)."""
+
+    running: List[StageSpec]
+    #: buffers that may receive data in this pass
+    live: Set[bytes]
+    #: group buffers whose GroupByKey runs in this pass
+    groups: Set[bytes]
+    #: producer ("stage", index) or ("group", buffer id) -> its readers in this pass:
+    #: ("stage", index), ("group", buffer id) or ("side", buffer id)
+    readers: Dict[Tuple[str, Any], List[Tuple[str, Any]]]
+
+    def is_empty(self) -> bool:
+        return not self.running and not self.groups
+
+
+class StageGraph:
+    """Builds and runs one pass over the plan's stages (see the module docstring).
+
+    Subclasses say where sources come from and how keyed steps run; the defaults here are
+    batch's, except the GroupByKey and the keyed stage (abstract).
+    """
+
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+        self.sc = context.spark_context
+        self.plan = context.plan
+        self.components = context.components
+        self._outputs: Dict[Tuple[str, Any], Any] = {}  # producer -> its output RDD
+        self._carriers: Dict[Tuple[str, Any], Tuple[str, Any]] = {}  # producer -> reader
+        self._terminals: List[Any] = []
+        self._stages = {stage.index: stage for stage in self.plan.stages}
+        self._side_chunks: Dict[bytes, List[bytes]] = {}
+        self._persisted: List[Any] = []
+        self._broadcasts: List[Any] = []
+        self.pass_plan: Optional[PassPlan] = None
+
+    # ----- what subclasses decide
+    def source_rdd(self, buffer_id: bytes) -> Optional[Any]:
+        """An RDD of ``Elements`` for a buffer the runner fills itself, or None."""
+        if buffer_id == IMPULSE_BUFFER:
+            return self.sc.parallelize([Elements(0, ENCODED_IMPULSE_VALUE)], 1)
+        return None
+
+    def source_may_have_data(self, buffer_id: bytes) -> bool:
+        return True
+
+    def group_runs(self, buffer_id: bytes, input_live: bool) -> bool:
+        return input_live
+
+    def group_rdd(self, buffer_id: bytes, spec: GroupSpec, records: Any) -> Any:
+        raise NotImplementedError
+
+    def stage_runs(self, stage: StageSpec, input_live: bool) -> bool:
+        return input_live
+
+    def keyed_stage_rdd(self, stage: StageSpec, records: Any) -> Any:
+        raise NotImplementedError
+
+    def stage_rdd(self, stage: StageSpec, records: Any) -> Any:
+        """A stage that is neither keyed nor a Reshuffle (a splittable DoFn may override)."""
+        task = self.context.stage_task(stage, self.side_input_table(stage))
+        return records.mapPartitions(functools.partial(process_partition, task))
+
+    def side_input_chunks(self, stage: StageSpec) -> Dict[bytes, List[bytes]]:
+        """Every encoded element chunk of the stage's side-input buffers (batch: all of
+        them; the buffers not collected yet in one job: WriteToText alone reads the same
+        buffers 2-3 times, and a job costs ~0.1 s)."""
+        wanted = [spec.buffer_id for spec in stage.side_inputs]
+        missing = [buffer_id for buffer_id in wanted if buffer_id not in self._side_chunks]
+        self._side_chunks.update(self.collect_buffers(missing))
+        return {buffer_id: self._side_chunks[buffer_id] for buffer_id in wanted}
+
+    # ----- planning
+    def plan_pass(self) -> PassPlan:
+        live: Set[bytes] = set()
+        groups: Set[bytes] = set()
+        running: List[StageSpec] = []
+        readers: Dict[Tuple[str, Any], List[Tuple[str, Any]]] = {}
+        writers: Dict[bytes, List[Tuple[str, Any]]] = {}
+
+        def buffer_live(buffer_id: bytes) -> bool:
+            if buffer_id in self.plan.groups:
+                return buffer_id in groups
+            return buffer_id in live
+
+        def read(buffer_id: bytes, reader: Tuple[str, Any]) -> None:
+            if buffer_id in self.plan.groups:
+                readers.setdefault(("group", buffer_id), []).append(reader)
+            else:
+                for writer in writers.get(buffer_id, []):
+                    readers.setdefault(writer, []).append(reader)
+
+        def plan_group(buffer_id: bytes) -> None:
+            if buffer_id in self.plan.groups and buffer_id not in groups:
+                if self.group_runs(buffer_id, buffer_id in live):
+                    groups.add(buffer_id)
+                    for writer in writers.get(buffer_id, []):
+                        readers.setdefault(writer, []).append(("group", buffer_id))
+
+        for buffer_id in self._source_buffers():
+            if self.source_may_have_data(buffer_id):
+                live.add(buffer_id)
+        for stage in self.plan.stages:
+            if stage.kind == TEST_STREAM_STAGE:
+                continue
+            for spec in stage.inputs:
+                plan_group(spec.buffer_id)
+            input_live = any(buffer_live(spec.buffer_id) for spec in stage.inputs)
+            if not self.stage_runs(stage, input_live):
+                continue
+            running.append(stage)
+            for spec in stage.inputs:
+                if buffer_live(spec.buffer_id):
+                    read(spec.buffer_id, ("stage", stage.index))
+            for spec in stage.side_inputs:
+                if buffer_live(spec.buffer_id):
+                    read(spec.buffer_id, ("side", spec.buffer_id))
+            for _, buffer_id in stage.outputs:
+                live.add(buffer_id)
+                writers.setdefault(buffer_id, []).append(("stage", stage.index))
+        self.pass_plan = PassPlan(running, live, groups, readers)
+        return self.pass_plan
+
+    def _source_buffers(self) -> List[bytes]:
+        buffers = {IMPULSE_BUFFER}
+        for stage in self.plan.stages:
+            if stage.kind == TEST_STREAM_STAGE:
+                buffers.update(buffer_id for _, buffer_id in stage.outputs)
+        return sorted(buffers)
+
+    # ----- building and running
+    def run_pass(self) -> List[Any]:
+        """Build the planned pass and run its Spark job; returns the reports it collected
+        (nothing runs, and no job, when no stage has anything to do)."""
+        plan = self.pass_plan or self.plan_pass()
+        if plan.is_empty():
+            return []
+        try:
+            for stage in plan.running:
+                self._outputs[("stage", stage.index)] = self._stage(stage)
+                self._hand_on(("stage", stage.index))
+            for buffer_id in plan.groups:  # a GroupByKey nobody reads still reports
+                if ("group", buffer_id) not in self._outputs:
+                    self._group(buffer_id)
+            if not self._terminals:
+                return []
+            union = (self._terminals[0] if len(self._terminals) == 1
+                     else self.sc.union(self._terminals))
+            if union.getNumPartitions() > self.context.parallelism:
+                # A Python task costs ~0.1 s however little it does: fewer, fuller tasks.
+                union = union.coalesce(self.context.parallelism)
+            self.context.before_job()
+            return union.collect()
+        finally:
+            self.release_pass()
+
+    def release_pass(self) -> None:
+        for rdd in self._persisted:
+            rdd.unpersist(blocking=False)
+        for broadcast in self._broadcasts:
+            broadcast.unpersist()
+        self._persisted, self._broadcasts, self._terminals = [], [], []
+        self._outputs, self._carriers, self._side_chunks = {}, {}, {}
+
+    def _stage(self, stage: StageSpec) -> Any:
+        records = self._input(stage)
+        if stage.kind == RESHUFFLE_STAGE:
+            spec = stage.inputs[0]
+            return shuffle.reshuffle(records, spec.coder_id, stage.output_coder_id or spec.coder_id,
+                                     self.components, self.context.parallelism)
+        if stage.keyed:
+            return self.keyed_stage_rdd(stage, records)
+        return self.stage_rdd(stage, records)
+
+    def _input(self, stage: StageSpec) -> Any:
+        """The stage's input records: each input buffer's elements on the input's port."""
+        parts = []
+        for port, spec in enumerate(stage.inputs):
+            parts.extend(self._buffer_parts(spec.buffer_id, port, ("stage", stage.index)))
+        if not parts:
+            return self.sc.emptyRDD()
+        return parts[0] if len(parts) == 1 else self.sc.union(parts)
+
+    def _buffer_parts(self, buffer_id: bytes, port: int, reader: Tuple[str, Any]) -> List[Any]:
+        source = self.source_rdd(buffer_id)
+        if source is not None:
+            if not self.pass_plan or buffer_id not in self.pass_plan.live:
+                return []
+            return [source if port == 0 else source.map(functools.partial(relabel, port))]
+        if buffer_id in self.plan.groups:
+            if buffer_id not in self.pass_plan.groups:
+                return []
+            producers = [("group", buffer_id)]
+            if producers[0] not in self._outputs:
+                self._group(buffer_id)
+        else:
+            producers = [producer for producer in self._outputs
+                         if producer[0] == "stage" and buffer_id in self._written(producer)]
+        return [self._edge(producer, buffer_id, port, reader) for producer in producers]
+
+    def _written(self, producer: Tuple[str, Any]) -> List[bytes]:
+        return [buffer_id for _, buffer_id in self._stages[producer[1]].outputs]
+
+    def _edge(self, producer: Tuple[str, Any], buffer_id: bytes, port: int,
+              reader: Tuple[str, Any]) -> Any:
+        """The producer's elements of ``buffer_id``, on ``port``; its reports too when this
+        reader carries them on. (A stage may write one buffer from several outputs: the
+        outputs of a Flatten's inputs.)"""
+        output = self._outputs[producer]
+        ports = (frozenset([0]) if producer[0] == "group" else frozenset(
+            index for index, written in enumerate(self._written(producer))
+            if written == buffer_id))
+        with_reports = self._carriers.get(producer) == reader
+        rdd = output.filter(functools.partial(_wanted, ports, with_reports))
+        if ports == frozenset([port]):
+            return rdd
+        return rdd.map(functools.partial(relabel, port))
+
+    def _group(self, buffer_id: bytes) -> None:
+        parts = []
+        for producer in list(self._outputs):
+            if producer[0] == "stage" and buffer_id in self._written(producer):
+                parts.append(self._edge(producer, buffer_id, 0, ("group", buffer_id)))
+        records = (self.sc.emptyRDD() if not parts else parts[0] if len(parts) == 1
+                   else self.sc.union(parts))
+        self._outputs[("group", buffer_id)] = self.group_rdd(
+            buffer_id, self.plan.groups[buffer_id], records)
+        self._hand_on(("group", buffer_id))
+
+    def _hand_on(self, producer: Tuple[str, Any]) -> None:
+        """Decide where the producer's reports go: on with its only data reader, or (read by
+        several, or only as a side input, or by nobody) straight to the pass's job."""
+        readers = self.pass_plan.readers.get(producer, [])
+        output = self._outputs[producer]
+        if len(readers) == 1 and readers[0][0] != "side":
+            self._carriers[producer] = readers[0]
+            return
+        if readers:  # computed once, read several times
+            output = output.persist(StorageLevel.MEMORY_AND_DISK)
+            self._outputs[producer] = output
+            self._persisted.append(output)
+        self._terminals.append(output.filter(is_report))
+
+    # ----- side inputs
+    def buffer_chunks_rdd(self, buffer_id: bytes) -> Any:
+        """The encoded element chunks a buffer received in this pass (no reports)."""
+        parts = self._buffer_parts(buffer_id, 0, ("side", buffer_id))
+        rdd = (self.sc.emptyRDD() if not parts else parts[0] if len(parts) == 1
+               else self.sc.union(parts))
+        return rdd.filter(functools.partial(is_elements_of, 0)).map(data_of)
+
+    def collect_buffers(self, buffer_ids: List[bytes]) -> Dict[bytes, List[bytes]]:
+        """The chunks of these buffers in this pass, collected in one Spark job."""
+        wanted = sorted(set(buffer_ids))
+        collected: Dict[bytes, List[bytes]] = {buffer_id: [] for buffer_id in wanted}
+        if not wanted:
+            return collected
+        tagged = [self.buffer_chunks_rdd(buffer_id).map(functools.partial(on_position, position))
+                  for position, buffer_id in enumerate(wanted)]
+        self.context.before_job()
+        union = tagged[0] if len(tagged) == 1 else self.sc.union(tagged)
+        for position, chunk in union.collect():
+            collected[wanted[position]].append(chunk)
+        return collected
+
+    def side_input_table(self, stage: StageSpec) -> Any:
+        """The stage's side inputs laid out per window, broadcast (None without any)."""
+        if not stage.side_inputs:
+            return None
+        chunks = self.side_input_chunks(stage)
+        table: Dict[bytes, List[bytes]] = {}
+        for spec in stage.side_inputs:
+            coder = self.components.coder(spec.coder_id)
+            materialized = side_input_tables.materialize(spec, chunks.get(spec.buffer_id, []),
+                                                         coder)
+            for state_key, values in materialized.items():
+                table.setdefault(state_key, []).extend(values)
+        broadcast = self.sc.broadcast(table)
+        self._broadcasts.append(broadcast)
+        return broadcast
+
+
+def on_position(position: int, chunk: bytes) -> Tuple[int, bytes]:
+    return position, chunk
+
+
+def _wanted(ports: frozenset, with_reports: bool, record: Any) -> bool:
+    if type(record) is Elements:
+        return record.port in ports
+    return with_reports

@@ -1,0 +1,248 @@
+"""One round of a micro-batch: the stages over the batch's data, as one Spark job.
+
+A round is a :class:`~runners.spark.stage_graph.StageGraph` pass with streaming's own
+sources and keyed steps:
+
+* sources: the TestStream's events of this batch, the impulse (first batch only), and the
+  splittable DoFns' residuals carried from the previous batch (:mod:`~runners.spark.
+  streaming.unbounded`);
+* a keyed step (GroupByKey, stateful stage) runs when it has input, or a timer or window
+  expiry due at its new input watermark or the clock; its input is partitioned by key
+  (packed per partition: :func:`runners.spark.shuffle.partition_by_key`) and each task works
+  on its key partition's store on the executor (:mod:`~runners.spark.streaming.grouping`,
+  :mod:`~runners.spark.streaming.stateful`); state never moves;
+* side inputs see what their buffers received so far, kept on the driver while their windows
+  live (:mod:`~runners.spark.streaming.side_input_history`).
+
+A stage with nothing to do is not built; a round with nothing to do runs no job. The keyed
+steps' watermarks come from before the round (:class:`Round`): the job computes everything
+the batch's data leads to, and the loop runs another round only when the watermarks it
+moved make a keyed step due (TestStream, so panes match the DirectRunner's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any, Dict, List, Optional
+
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from runners.spark import shuffle
+from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
+from runners.spark.planning import TEST_STREAM_STAGE, GroupSpec, StageSpec
+from runners.spark.records import Elements, StepReport
+from runners.spark.stage_graph import RunContext, StageGraph
+from runners.spark.streaming import coders as _coders  # noqa: F401 (registers the coder)
+from runners.spark.streaming.grouping import process_group_partition
+from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch
+from runners.spark.streaming.keyed_step import KeyedStep
+from runners.spark.streaming.side_input_history import SideInputHistory
+from runners.spark.streaming.state import processing_micros
+from runners.spark.streaming.state_store import VersionPlan, step_directory_name
+from runners.spark.streaming.stateful import process_stateful_partition
+from runners.spark.streaming.unbounded import CarriedResiduals
+from runners.spark.streaming.watermarks import Watermarks
+
+#: A step's checkpoint is a snapshot (a copy of each partition's store) once its chain of
+#: files has this many entries; a delta (the keys changed since) otherwise.
+SNAPSHOT_EVERY = 10
+
+
+@dataclasses.dataclass
+class StreamingState:
+    """What the loop carries from batch to batch on the driver (state itself is on the
+    executors)."""
+
+    plan: Any
+    state_root: str  # the run's state directory on executors
+    checkpoint_state_dir: Optional[str]  # <checkpoint dir>/state, or None
+    steps: Dict[Any, KeyedStep]
+    residuals: CarriedResiduals
+    watermarks: Watermarks
+    side_inputs: SideInputHistory
+    round_number: int = 0  # rounds run so far: the next round's store version
+
+    @classmethod
+    def create(cls, context: RunContext, state_root: str,
+               checkpoint_state_dir: Optional[str]) -> "StreamingState":
+        plan = context.plan
+        steps: Dict[Any, KeyedStep] = {}  # in the order data reaches them
+        for stage in plan.stages:
+            for spec in stage.inputs:
+                group = plan.groups.get(spec.buffer_id)
+                if group is not None and spec.buffer_id not in steps:
+                    steps[spec.buffer_id] = KeyedStep(group.transform_name, holds=True)
+            if stage.keyed:
+                steps[stage.index] = KeyedStep(stage.name, holds=False)
+        for buffer_id, group in plan.groups.items():  # a GroupByKey nothing reads
+            if buffer_id not in steps:
+                steps[buffer_id] = KeyedStep(group.transform_name, holds=True)
+        residuals = CarriedResiduals(context.spark_context, context.parallelism)
+        return cls(plan, state_root, checkpoint_state_dir, steps, residuals,
+                   Watermarks(plan, steps, residuals), SideInputHistory())
+
+    def step_input(self, key: Any) -> Timestamp:
+        if isinstance(key, bytes):
+            return self.watermarks.group_input(key)
+        stage = next(stage for stage in self.plan.stages if stage.index == key)
+        return self.watermarks.stage_input(stage)
+
+    def durable_directory(self, step: KeyedStep) -> Optional[str]:
+        if self.checkpoint_state_dir is None:
+            return None
+        return os.path.join(self.checkpoint_state_dir, step_directory_name(step.name))
+
+    def checkpoint_kind(self, step: KeyedStep) -> str:
+        return "snapshot" if len(step.chain) >= SNAPSHOT_EVERY else "delta"
+
+
+@dataclasses.dataclass
+class Round:
+    """One round: its number (the store version its keyed steps move to), the batch's clock,
+    its source data, and whether the batch is checkpointed."""
+
+    number: int
+    clock: float
+    test_stream_chunks: Dict[bytes, List[bytes]]
+    impulse: bool
+    checkpoint: bool
+    #: step key -> its input watermark in this round (computed when the round starts)
+    step_inputs: Dict[Any, Timestamp] = dataclasses.field(default_factory=dict)
+
+
+class RoundGraph(StageGraph):
+    """The stages of one streaming round (see the module docstring)."""
+
+    def __init__(self, context: RunContext, state: StreamingState, round_: Round) -> None:
+        super().__init__(context)
+        self.state = state
+        self.round = round_
+        self.clock_micros = processing_micros(round_.clock)
+        #: step key -> the checkpoint file kind it writes in this round (checkpoint batches)
+        self.written: Dict[Any, str] = {}
+        self.ran: Dict[Any, KeyedStep] = {}
+        self._side_collected: set = set()
+
+    # ----- sources
+    def source_rdd(self, buffer_id: bytes) -> Optional[Any]:
+        if buffer_id == IMPULSE_BUFFER:
+            return self.sc.parallelize([Elements(0, ENCODED_IMPULSE_VALUE)], 1)
+        chunks = self.round.test_stream_chunks.get(buffer_id)
+        if chunks is not None or buffer_id in self._test_stream_buffers():
+            return self.sc.parallelize([Elements(0, chunk) for chunk in chunks or []], 1)
+        return None
+
+    def source_may_have_data(self, buffer_id: bytes) -> bool:
+        if buffer_id == IMPULSE_BUFFER:
+            return self.round.impulse
+        return bool(self.round.test_stream_chunks.get(buffer_id))
+
+    def _test_stream_buffers(self) -> set:
+        return {buffer_id for stage in self.plan.stages if stage.kind == TEST_STREAM_STAGE
+                for _, buffer_id in stage.outputs}
+
+    # ----- keyed steps
+    def _step_runs(self, key: Any, input_live: bool) -> bool:
+        step = self.state.steps[key]
+        return input_live or step.is_due(self.round.step_inputs[key], self.clock_micros)
+
+    def _keyed_batch(self, key: Any) -> KeyedBatch:
+        step = self.state.steps[key]
+        input_after = max(step.input_watermark, self.round.step_inputs[key])
+        times = BatchTimes(step.input_watermark.micros, step.output_watermark.micros,
+                           input_after.micros, self.round.clock)
+        write = self.state.checkpoint_kind(step) if self.round.checkpoint else None
+        if write is not None:
+            self.written[key] = write
+        self.ran[key] = step
+        versions = VersionPlan(step.version, self.round.number,
+                               step.durable(self.state.durable_directory(step)), write)
+        return KeyedBatch(step.name, self.state.state_root, times, versions)
+
+    def _keyed_input(self, records: Any, coder_ids: List[str], live: bool,
+                     key_prefixed: bool = False) -> Any:
+        parallelism = self.context.parallelism
+        if not live:  # due timers only: a task per key partition, with no input
+            return self.sc.parallelize([], parallelism)
+        return shuffle.partition_by_key(records, coder_ids, self.components, parallelism,
+                                        key_prefixed)
+
+    def group_runs(self, buffer_id: bytes, input_live: bool) -> bool:
+        return self._step_runs(buffer_id, input_live)
+
+    def group_rdd(self, buffer_id: bytes, spec: GroupSpec, records: Any) -> Any:
+        live = buffer_id in self.pass_plan.live
+        keyed = self._keyed_input(records, [spec.input_coder_id], live)
+        batch = self._keyed_batch(buffer_id)
+        return keyed.mapPartitionsWithIndex(functools.partial(
+            process_group_partition, spec, self.components, batch))
+
+    def stage_runs(self, stage: StageSpec, input_live: bool) -> bool:
+        if stage.keyed:
+            return self._step_runs(stage.index, input_live)
+        if self.state.residuals.reads(stage):
+            return input_live or self.state.residuals.has_due(stage, self.round.clock)
+        return input_live
+
+    def keyed_stage_rdd(self, stage: StageSpec, records: Any) -> Any:
+        live = any(spec.buffer_id in self.pass_plan.live or spec.buffer_id in self.pass_plan.groups
+                   for spec in stage.inputs)
+        keyed = self._keyed_input(records, [spec.coder_id for spec in stage.inputs], live,
+                                  stage.key_prefixed)
+        task = self.context.stage_task(stage, self.side_input_table(stage))
+        batch = self._keyed_batch(stage.index)
+        return keyed.mapPartitionsWithIndex(functools.partial(
+            process_stateful_partition, task, batch))
+
+    def stage_rdd(self, stage: StageSpec, records: Any) -> Any:
+        if not self.state.residuals.reads(stage):
+            return super().stage_rdd(stage, records)
+        task = self.context.stage_task(stage, self.side_input_table(stage))
+        live = any(spec.buffer_id in self.pass_plan.live or spec.buffer_id in self.pass_plan.groups
+                   for spec in stage.inputs)
+        return self.state.residuals.stage_rdd(stage, task, records, live, self.round.clock)
+
+    # ----- side inputs
+    def side_input_chunks(self, stage: StageSpec) -> Dict[bytes, List[bytes]]:
+        """What each side input received so far: this round's new chunks are collected (one
+        job) into the history, whose expired elements are dropped first."""
+        wanted = [spec.buffer_id for spec in stage.side_inputs]
+        fresh = [buffer_id for buffer_id in wanted
+                 if buffer_id in self.pass_plan.live and buffer_id not in self._side_collected]
+        collected = self.collect_buffers(fresh)
+        for spec in stage.side_inputs:
+            if spec.buffer_id in collected:
+                self.state.side_inputs.add_chunks(
+                    spec.buffer_id, collected.pop(spec.buffer_id), self.components,
+                    spec.coder_id, side_input_lateness(self.plan, spec.buffer_id))
+                self._side_collected.add(spec.buffer_id)
+        history = self.state.side_inputs
+        for buffer_id in wanted:
+            history.expire(buffer_id, self.state.watermarks.buffer(buffer_id).micros)
+        return {buffer_id: history.chunks(buffer_id) for buffer_id in wanted}
+
+    # ----- after the job
+    def apply(self, reports: List[Any]) -> None:
+        """Take the round's reports: keyed steps that ran advance (those that did not only
+        move their watermarks), splittable DoFns' residuals replace the ones they ran."""
+        by_step: Dict[str, List[StepReport]] = {}
+        for report in reports:
+            if isinstance(report, StepReport):
+                by_step.setdefault(report.step, []).append(report)
+        for key, step in self.state.steps.items():
+            input_watermark = self.round.step_inputs[key]
+            if key in self.ran:
+                step.apply(by_step.get(step.name, []), input_watermark, self.round.clock)
+            else:
+                step.skip(input_watermark)
+        self.state.residuals.apply(reports)
+
+
+def side_input_lateness(plan: Any, buffer_id: bytes) -> Duration:
+    """The allowed lateness of the PCollection a side-input buffer materializes."""
+    _, pcollection_id = split_buffer_id(buffer_id)
+    components = plan.components
+    strategy_id = components.pcollections[pcollection_id].windowing_strategy_id
+    return Duration(micros=components.windowing_strategies[strategy_id].allowed_lateness * 1000)

@@ -1,0 +1,179 @@
+"""The streaming state store of one key partition (LMDB on the executor's disk), alone.
+
+No Spark here: these tests drive :class:`PartitionState` as a keyed step's task does, and
+check what a micro-batch relies on: only touched keys are read and written, a task that
+fails leaves the previous version, a task run again after it committed rolls back first,
+checkpoint files rebuild the same store elsewhere, and a store at an unknown version is
+refused with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+
+from runners.spark.streaming import state_store
+from runners.spark.streaming.state_store import (
+    DurableState,
+    KeyState,
+    PartitionState,
+    StateLostError,
+    StoreLocation,
+    VersionPlan,
+    checkpoint_file_name,
+    write_checkpoint,
+)
+
+
+@pytest.fixture
+def location(tmp_path):
+    return StoreLocation(str(tmp_path / "root"), "Sum/GroupByKey", 3)
+
+
+def contents(location, version, durable=None):
+    """Every key's state (the keys due at a far watermark), and the summary, at ``version``,
+    read by a task that leaves the store at its version (as a checkpoint-only task does)."""
+    with PartitionState.open(location, VersionPlan(version, version, durable)) as state:
+        due = state.due(watermark=2**62, processing=2**62)
+        found = {key: state.get(key) for key in sorted(due)}
+    return found, state.summary
+
+
+def test_a_task_reads_and_writes_only_the_keys_it_touches(location):
+    with PartitionState.open(location, VersionPlan(0, 1)) as state:
+        for number in range(100):
+            state.put(b"key-%03d" % number, KeyState(b"x" * number, wake_event=number * 10,
+                                                    hold=1000 + number))
+    with PartitionState.open(location, VersionPlan(1, 2)) as state:
+        assert state.due(watermark=25, processing=0) == {b"key-000", b"key-001", b"key-002"}
+        state.put(b"key-001", KeyState(b"new", wake_event=500, hold=5))
+        state.delete(b"key-002")
+        assert state.touched == 2
+    summary = state.summary
+    assert summary.keys == 99
+    assert summary.state_bytes == sum(range(100)) - 1 - 2 + 3
+    assert summary.hold == 5  # the earliest hold
+    assert summary.next_event_wake == 0  # key-000's wake is still due
+    with PartitionState.open(location, VersionPlan(2, 3)) as state:
+        assert state.get(b"key-002") is None
+        assert state.get(b"key-001") == KeyState(b"new", 500, None, 5)
+        assert state.due(watermark=25, processing=0) == {b"key-000"}
+
+
+def test_a_failed_task_leaves_the_previous_version(location):
+    with PartitionState.open(location, VersionPlan(0, 1)) as state:
+        state.put(b"a", KeyState(b"1", wake_event=10))
+    with pytest.raises(RuntimeError, match="the user's DoFn failed"):
+        with PartitionState.open(location, VersionPlan(1, 2)) as state:
+            state.put(b"a", KeyState(b"2"))
+            state.put(b"b", KeyState(b"3"))
+            raise RuntimeError("the user's DoFn failed")
+    # Spark runs the task again: it finds version 1, untouched.
+    with PartitionState.open(location, VersionPlan(1, 2)) as state:
+        assert state.get(b"a") == KeyState(b"1", wake_event=10)
+        assert state.get(b"b") is None
+    assert state.summary.keys == 1
+
+
+def test_a_task_run_again_after_its_commit_rolls_back_first(location):
+    with PartitionState.open(location, VersionPlan(0, 1)) as state:
+        state.put(b"kept", KeyState(b"v1", wake_event=10, hold=10))
+        state.put(b"changed", KeyState(b"v1", wake_event=20, hold=20))
+        state.put(b"deleted", KeyState(b"v1", wake_event=30))
+    with PartitionState.open(location, VersionPlan(1, 2)) as state:
+        state.put(b"changed", KeyState(b"v2", wake_event=200, hold=1))
+        state.delete(b"deleted")
+        state.put(b"added", KeyState(b"v2", wake_event=5))
+        state.put(b"added", KeyState(b"v2 again", wake_event=6))  # twice in one version
+    # Version 2's output was lost; Spark runs its task again, which must see version 1.
+    with PartitionState.open(location, VersionPlan(1, 2)) as state:
+        assert state.get(b"changed") == KeyState(b"v1", 20, None, 20)
+        assert state.get(b"deleted") == KeyState(b"v1", 30)
+        assert state.get(b"added") is None
+        assert state.due(watermark=25, processing=0) == {b"kept", b"changed"}
+    summary = state.summary
+    assert (summary.keys, summary.state_bytes, summary.hold) == (3, 6, 10)
+
+
+def test_a_store_at_an_unknown_version_is_refused_without_a_checkpoint(location):
+    with PartitionState.open(location, VersionPlan(0, 4)):
+        pass
+    with pytest.raises(StateLostError) as error:
+        PartitionState.open(location, VersionPlan(7, 8))
+    message = str(error.value)
+    assert "'Sum/GroupByKey', key partition 3, at version 7" in message
+    assert "found version 4" in message and "--checkpoint_dir" in message
+
+
+def test_checkpoint_files_rebuild_the_store_on_another_executor(tmp_path, location):
+    durable = DurableState(str(tmp_path / "checkpoint" / "Sum"))
+    # Version 1: three keys; checkpointed as a delta (changes since nothing).
+    with PartitionState.open(location, VersionPlan(0, 1, durable, "delta")) as state:
+        for key in (b"a", b"b", b"c"):
+            state.put(key, KeyState(key * 3, wake_event=ord(key), hold=ord(key)))
+    durable = DurableState(durable.directory, (("delta", 1),))
+    # Version 2 (not checkpointed): b changes, c goes.
+    with PartitionState.open(location, VersionPlan(1, 2, durable)) as state:
+        state.put(b"b", KeyState(b"B", wake_processing=7))
+        state.delete(b"c")
+    # Version 3, checkpointed: the delta holds what changed since version 1 (b, c, d).
+    with PartitionState.open(location, VersionPlan(2, 3, durable, "delta")) as state:
+        state.put(b"d", KeyState(b"dddd", wake_event=100))
+    partition = os.path.join(durable.directory, "00003")
+    assert sorted(os.listdir(partition)) == [checkpoint_file_name("delta", 1),
+                                             checkpoint_file_name("delta", 3)]
+    with open(os.path.join(partition, checkpoint_file_name("delta", 3)), "rb") as file:
+        _, _, rows = pickle.load(file)
+    assert sorted(key for key, _ in rows) == [b"b", b"c", b"d"]
+    assert dict(rows)[b"c"] is None  # a deleted key
+    durable = DurableState(durable.directory, (("delta", 1), ("delta", 3)))
+    expected = contents(location, 3)
+
+    # Another executor (another root) has no store: its task rebuilds version 3.
+    elsewhere = StoreLocation(str(tmp_path / "other-root"), location.step, location.partition)
+    with PartitionState.open(elsewhere, VersionPlan(3, 4, durable)) as state:
+        assert state.get(b"c") is None
+        assert state.get(b"b") == KeyState(b"B", wake_processing=7)
+        state.put(b"e", KeyState(b"e"))
+    found, summary = contents(elsewhere, 4)
+    assert found == expected[0]  # b"e" has no wake: not among the due keys
+    assert summary.keys == expected[1].keys + 1
+
+
+def test_a_snapshot_then_deltas_rebuild_the_same_store(tmp_path, location):
+    durable = DurableState(str(tmp_path / "checkpoint" / "Sum"))
+    with PartitionState.open(location, VersionPlan(0, 1)) as state:
+        for number in range(1000):
+            state.put(b"%05d" % number, KeyState(b"s" * 20, wake_event=number, hold=number))
+    with PartitionState.open(location, VersionPlan(1, 1, durable, "snapshot")):
+        pass  # a checkpoint-only task: the store stays at its version, a snapshot is written
+    durable = DurableState(durable.directory, (("snapshot", 1),))
+    with PartitionState.open(location, VersionPlan(1, 3, durable, "delta")) as state:
+        state.delete(b"00000")
+        state.put(b"01000", KeyState(b"new", wake_event=5))
+    durable = DurableState(durable.directory, (("snapshot", 1), ("delta", 3)))
+    expected = contents(location, 3)
+    elsewhere = StoreLocation(str(tmp_path / "other-root"), location.step, location.partition)
+    assert contents(elsewhere, 3, durable) == expected  # rebuilt from the two files
+    assert expected[1].keys == 1000
+
+
+def test_the_memory_map_grows_with_the_store(location, monkeypatch):
+    monkeypatch.setattr(state_store, "INITIAL_MAP_BYTES", 1 << 20)
+    blob = b"x" * 2000
+    for version in range(1, 9):  # ~1 MB a batch, from the first: the map grows as it fills
+        with PartitionState.open(location, VersionPlan(version - 1, version)) as state:
+            for number in range(500):
+                state.put(b"%d-%d" % (version, number), KeyState(blob))
+    environment, _ = state_store._environment(location.path())
+    assert environment.info()["map_size"] > 8 << 20
+    with PartitionState.open(location, VersionPlan(8, 9)) as state:
+        pass
+    assert state.summary.keys == 4000
+
+
+def test_a_checkpoint_needs_its_directory(location):
+    with pytest.raises(ValueError, match="checkpoint directory"):
+        write_checkpoint(location, VersionPlan(0, 1, None, "delta"))
