@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream
 from apache_beam.transforms import environments
 
-from runners.spark import planning
+from runners.spark import planning, support
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 
@@ -81,7 +81,7 @@ def test_transform_of_another_sdk_is_refused():
         if transform.unique_name.startswith("JavaStep"):
             transform.environment_id = "java"
     with pytest.raises(planning.UnsupportedPipelineError, match="'JavaStep.*another SDK"):
-        planning.check_supported(proto, PipelineOptions())
+        support.check_supported(proto, PipelineOptions())
 
 
 def test_bad_runner_options_are_rejected():

@@ -40,7 +40,7 @@ import grpc
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from runners.spark import artifacts, job_environment, job_packages, planning
+from runners.spark import artifacts, job_environment, job_packages, planning, support
 from runners.spark import options as spark_options
 from runners.spark.beam_internals import (
     abstract_job_service,
@@ -176,7 +176,7 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
         self._options = job_options(options)
         try:
             spark_options.validated(self._options)
-            planning.check_supported(self._executable, self._options)
+            support.check_supported(self._executable, self._options)
         except (ValueError, planning.UnsupportedPipelineError) as error:
             raise InvalidJobError(str(error)) from error
         self._lock = threading.Lock()

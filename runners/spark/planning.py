@@ -1,7 +1,7 @@
 """From a Beam pipeline to an execution plan of fused stages (driver side).
 
-Planning turns the pipeline into its portable proto, refuses what the runner cannot run
-(before any Spark job starts), fuses transforms into stages with Beam's own FnApiRunner
+Planning turns the pipeline into its portable proto (what it cannot run is refused before,
+by :mod:`~runners.spark.support`), fuses transforms into stages with Beam's own FnApiRunner
 phases, and describes each stage with picklable plain data: the serialized
 ``ProcessBundleDescriptor`` the SDK harness executes, and the buffers the stage reads and
 writes. Buffers connect stages: ``materialize:<id>`` (elements as produced), ``group:<id>``
@@ -14,7 +14,7 @@ import copy
 import dataclasses
 from typing import Dict, List, Tuple
 
-from apache_beam.options.pipeline_options import StandardOptions, TypeOptions
+from apache_beam.options.pipeline_options import TypeOptions
 
 from runners.spark.beam_internals import (
     DATA_INPUT_URN,
@@ -136,95 +136,9 @@ def pipeline_proto(pipeline, options) -> beam_runner_api_pb2.Pipeline:
     return merge_common_environments(proto)
 
 
-#: Leaf transforms without an SDK environment that the runner knows how to execute.
-_RUNNER_EXECUTED = RUNNER_URNS | {
-    common_urns.primitives.IMPULSE.urn,
-    common_urns.deprecated_primitives.READ.urn,
-}
-_SUPPORTED_REQUIREMENTS = frozenset([
-    common_urns.requirements.REQUIRES_STATEFUL_PROCESSING.urn,
-    common_urns.requirements.REQUIRES_BUNDLE_FINALIZATION.urn,
-    common_urns.requirements.REQUIRES_SPLITTABLE_DOFN.urn,
-])
-_STREAMING_LATER = (
-    "unbounded PCollections need --streaming (the Spark runner's micro-batch loop); "
-    "batch execution of unbounded sources is not supported yet"
-)
-
-
-
-
-def check_supported(proto: beam_runner_api_pb2.Pipeline, options) -> None:
-    """Raise UnsupportedPipelineError naming the first transform the runner cannot run."""
-    streaming = bool(options.view_as(StandardOptions).streaming)
-    if streaming:
-        from runners.spark.streaming.support import check_streaming_supported
-
-        check_streaming_supported(proto)
-        return
-    for requirement in proto.requirements:
-        if requirement not in _SUPPORTED_REQUIREMENTS:
-            raise UnsupportedPipelineError(
-                f"the pipeline requires {requirement}, which the Spark runner does not provide"
-            )
-    components = proto.components
-    leaves = list(_leaf_transforms(proto))
-    for transform in leaves:
-        if transform.spec.urn == common_urns.primitives.TEST_STREAM.urn:
-            raise UnsupportedPipelineError(
-                f"transform {transform.unique_name!r} is a TestStream: the Spark runner runs "
-                "TestStream in streaming only (batch execution of TestStream is not supported "
-                "yet); pass --streaming.")
-    for transform in leaves:
-        name = transform.unique_name
-        urn = transform.spec.urn
-        if transform.environment_id:
-            environment = components.environments[transform.environment_id]
-            if environment.urn != python_urns.EMBEDDED_PYTHON:
-                raise UnsupportedPipelineError(
-                    f"transform {name!r} ({urn}) runs in a {environment.urn} environment, e.g. a "
-                    "cross-language transform of another SDK; the Spark runner executes only "
-                    "Python transforms, in its own Python workers. Use a Python implementation."
-                )
-        elif urn not in _RUNNER_EXECUTED:
-            raise UnsupportedPipelineError(
-                f"transform {name!r} has URN {urn}, which the Spark runner does not implement."
-            )
-        for pcollection_id in transform.outputs.values():
-            pcollection = components.pcollections[pcollection_id]
-            if pcollection.is_bounded == beam_runner_api_pb2.IsBounded.UNBOUNDED:
-                raise UnsupportedPipelineError(
-                    f"transform {name!r} produces an unbounded PCollection: {_STREAMING_LATER}."
-                )
-        if urn in PAR_DO_URNS:
-            payload = _par_do_payload(transform)
-            for family_id, family in payload.timer_family_specs.items():
-                if family.time_domain not in (
-                    beam_runner_api_pb2.TimeDomain.EVENT_TIME,
-                    beam_runner_api_pb2.TimeDomain.PROCESSING_TIME,
-                ):
-                    raise UnsupportedPipelineError(
-                        f"transform {name!r}: timer {family_id!r} uses time domain "
-                        f"{family.time_domain}; only event and processing time are supported."
-                    )
-
-
-def _par_do_payload(transform) -> beam_runner_api_pb2.ParDoPayload:
+def par_do_payload(transform) -> beam_runner_api_pb2.ParDoPayload:
+    """A ParDo transform's payload."""
     return proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
-
-
-def _leaf_transforms(proto):
-    """Primitive transforms, and composites the runner executes itself (Reshuffle)."""
-    components = proto.components
-    pending = list(reversed(proto.root_transform_ids))
-    while pending:
-        transform = components.transforms[pending.pop()]
-        if transform.spec.urn in RUNNER_URNS or not transform.subtransforms:
-            # Pass-through transforms (outputs among inputs) are dropped by fusion too.
-            if set(transform.outputs.values()) - set(transform.inputs.values()):
-                yield transform
-        else:
-            pending.extend(reversed(transform.subtransforms))
 
 
 def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False) -> ExecutionPlan:
@@ -349,7 +263,7 @@ class _PlanBuilder:
         for transform in transforms:
             if transform.spec.urn not in PAR_DO_URNS:
                 continue
-            payload = _par_do_payload(transform)
+            payload = par_do_payload(transform)
             if not payload.state_specs and not payload.timer_family_specs:
                 continue
             main = [pcollection for tag, pcollection in transform.inputs.items()
@@ -395,7 +309,7 @@ class _PlanBuilder:
         families = []
         for transform in transforms:
             if transform.spec.urn in PAR_DO_URNS:
-                payload = _par_do_payload(transform)
+                payload = par_do_payload(transform)
                 for family_id, family in sorted(payload.timer_family_specs.items()):
                     families.append(TimerFamilySpec(
                         transform.unique_name,
@@ -408,7 +322,7 @@ class _PlanBuilder:
         side_inputs = []
         for transform in transforms:
             if transform.spec.urn in PAR_DO_URNS:
-                payload = _par_do_payload(transform)
+                payload = par_do_payload(transform)
                 for tag, side_input in sorted(payload.side_inputs.items()):
                     pcollection_id = transform.inputs[tag]
                     side_inputs.append(SideInputSpec(

@@ -16,7 +16,7 @@ from apache_beam.runners.runner import PipelineRunner
 from pyspark import SparkConf, SparkContext
 
 from runners.spark import options as spark_options
-from runners.spark import planning
+from runners.spark import planning, support
 from runners.spark.execution import PlanExecution
 from runners.spark.metrics import MonitoringInfoAccumulator
 from runners.spark.result import SparkPipelineResult
@@ -62,7 +62,7 @@ class SparkRunner(PipelineRunner):
         """Run a portable pipeline proto (``beam_runner_api_pb2.Pipeline``), e.g. one a job
         server received; its environments must already be ones this process can execute."""
         view = spark_options.validated(options)
-        planning.check_supported(proto, options)
+        support.check_supported(proto, options)
         streaming = bool(options.view_as(StandardOptions).streaming)
         if view.checkpoint_dir and not streaming:
             raise ValueError(f"--checkpoint_dir={view.checkpoint_dir}: checkpoints are for "

@@ -14,6 +14,8 @@ Timestamp(10)
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Iterator
+
 from apache_beam.utils.timestamp import Timestamp
 
 from runners.spark.records import StepReport

@@ -36,7 +36,6 @@ import functools
 import logging
 import shutil
 import tempfile
-import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
