@@ -1,245 +1,284 @@
-"""``python -m bench.streaming``: sustained streaming throughput and per-batch latency.
+"""``python -m bench.streaming``: the streaming SparkRunner against Spark Structured Streaming.
 
-The workload: a keyed fixed-window sum with early and late firings (fixed 60 s windows,
-``early_and_late_firings(early_every_seconds=1, late_every_count=1)``, accumulating, 20 keys)
-over an unbounded synthetic source, on the SparkRunner's streaming loop
-(``--streaming``, ``local[2]`` by default). The source is a splittable DoFn
-(:class:`SyntheticEvents`): ``--shards`` restrictions, each emitting ``events_per_batch /
-shards`` events per call and then self-checkpointing, so every micro-batch reads
-``--events-per-batch`` events; its watermark estimator follows event time (minus 5 s of
-allowed disorder). Every 50th event is 70 s late (behind the watermark, within the allowed
-lateness of 120 s), so LATE panes fire too.
+Three measurements in one run, on one SparkSession (``local[2]`` by default), each engine
+on the same events (:mod:`bench.streaming_workloads`), each engine's final panes checked
+against a plain Python reference (a difference fails the run):
 
-Batches run back to back (``--batch_interval_seconds`` 0.01): the figures are the loop's
-capacity, not a paced rate. Reported, from the loop's per-batch report
-(``--streaming_report``): events per second sustained (events of the measured batches over
-their processing time; batch 0 starts the workers and is not measured), p50/p95/max batch
-latency (processing time of a batch), and where the time goes: Spark jobs per batch (the
-run's job group), SDK harness time per batch (Beam's ``process_bundle_msecs`` of every
-transform, summed over both task slots), and the rest (Spark scheduling, shuffle of the keyed
-step's state and input, driver). The final pane of each (team, window) is checked against a
-plain Python sum; a difference fails the run.
+1. **latency**: the keyed windowed sum with early and late firings (20 keys, 60 s windows,
+   a pane every batch for open windows, late data) at 10k events a batch: p50 and p95 batch
+   time of each engine, and their ratio;
+2. **throughput**: the same job at 100k events a batch: events per second;
+3. **state scaling**: a new key per event, 10k events a batch, for 100 batches: state grows
+   from 10k to 1M keys; the batch time along the way (a curve, and a PNG), the p50 of the
+   first and of the last ten batches and their ratio, and the memory of the driver, the JVM
+   and the Python workers at the end.
 
-Each run appends one JSON record to ``bench/results/streaming-<timestamp>.jsonl``.
+Beam runs on the SparkRunner's streaming loop (:mod:`bench.streaming_beam`, a synthetic
+unbounded source); Spark Structured Streaming runs its own DataFrame query over the same
+events written to files (:mod:`bench.streaming_native`). Batch 0 of each run (workers start,
+queries are planned) is not measured. Each run appends one JSON record to
+``bench/results/streaming-<timestamp>.jsonl`` and draws ``streaming-scaling-<timestamp>.png``.
 
 Examples::
 
-    python -m bench.streaming                        # 10k events per batch, 12 batches
-    python -m bench.streaming --events-per-batch 50000 --batches 8
+    python -m bench.streaming                                  # everything (~10 min)
+    python -m bench.streaming --only latency --latency-batches 8
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import glob
 import json
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-import apache_beam as beam
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
-from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.transforms.core import RestrictionProvider
-from apache_beam.utils.timestamp import Timestamp
-
-from bench.workloads import FIRST_EVENT_TIME, TEAMS
+from bench import streaming_beam, streaming_native
+from bench import streaming_workloads as workloads
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-#: Event time advances by one second every this many events (over all shards).
-EVENTS_PER_EVENT_SECOND = 1000
-#: Every LATE_EVERY-th event is LATE_BY_SECONDS behind its neighbours.
-LATE_EVERY, LATE_BY_SECONDS = 50, 70
-WINDOW_SECONDS, ALLOWED_LATENESS = 60, 120
-#: The source's watermark trails the event time by this much (allowed disorder).
-DISORDER_SECONDS = 5
-
-
-def synthetic_event(seed: int, index: int) -> Tuple[str, int, int]:
-    """The ``index``-th event of the stream: (team, score 1..100, event time in seconds)."""
-    mixed = (index * 2654435761 + seed * 97) & 0xFFFFFFFF
-    event_time = FIRST_EVENT_TIME + index // EVENTS_PER_EVENT_SECOND
-    if index % LATE_EVERY == 0 and index:
-        event_time -= LATE_BY_SECONDS
-    return TEAMS[mixed % len(TEAMS)], 1 + (mixed >> 8) % 100, event_time
-
-
-class _ShardOffsets(RestrictionProvider):
-    """Element (shard, shards, per call, events per shard, seed): offsets [0, events per shard)."""
-
-    def initial_restriction(self, element):
-        return OffsetRange(0, element[3])
-
-    def create_tracker(self, restriction):
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element, restriction):
-        return restriction.size()
-
-
-class SyntheticEvents(beam.DoFn):
-    """An unbounded source: shard ``s`` emits events ``s, s + shards, ...``, ``per call`` of
-    them per call, then self-checkpoints; its watermark follows their event time."""
-
-    @beam.DoFn.unbounded_per_element()
-    def process(self, element, tracker=beam.DoFn.RestrictionParam(_ShardOffsets()),
-                watermark=beam.DoFn.WatermarkEstimatorParam(
-                    ManualWatermarkEstimator.default_provider())):
-        shard, shards, per_call, _, seed = element
-        start = tracker.current_restriction().start
-        for offset in range(start, start + per_call):
-            if not tracker.try_claim(offset):
-                return
-            index = offset * shards + shard
-            team, score, event_time = synthetic_event(seed, index)
-            yield beam.window.TimestampedValue((team, score), event_time)
-        watermark.set_watermark(Timestamp(
-            FIRST_EVENT_TIME + index // EVENTS_PER_EVENT_SECOND - DISORDER_SECONDS))
-        tracker.defer_remainder()
-
-
-class _AppendPanes(beam.DoFn):
-    """Appends every pane as a JSON line to a file of its worker process (a sink that works
-    in streaming on any runner)."""
-
-    def __init__(self, directory: str) -> None:
-        self._directory = directory
-
-    def process(self, element, span=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
-        team, total = element
-        path = os.path.join(self._directory, f"panes-{os.getpid()}.jsonl")
-        with open(path, "a", encoding="utf-8") as panes:
-            panes.write(json.dumps([team, int(span.start), pane.index, pane.timing, total]) + "\n")
-
-
-def build(pipeline: beam.Pipeline, shards: int, per_call: int, per_shard: int, seed: int,
-          panes_dir: str) -> None:
-    """Source -> fixed 60 s windows, early (every second) / on-time / late (every element)
-    panes, accumulating -> sum per team -> panes appended to files.
-
-    Beam's WindowInto and CombinePerKey with the project's trigger preset, rather than
-    ``WindowedAggregation``: that composite also counts dropped late data per element (an
-    extra keyed join), which costs several times the sum itself and is not what this
-    benchmark measures.
-    """
-    from apache_beam.transforms import trigger, window
-
-    from transforms.aggregations import SumFn
-    from triggers.presets import early_and_late_firings
-
-    when = early_and_late_firings(early_every_seconds=1, late_every_count=1,
-                                  allowed_lateness=ALLOWED_LATENESS)
-    _ = (pipeline
-         | beam.Create([(shard, shards, per_call, per_shard, seed) for shard in range(shards)])
-         | "Source" >> beam.ParDo(SyntheticEvents())
-         | beam.WindowInto(window.FixedWindows(WINDOW_SECONDS), trigger=when.trigger,
-                           allowed_lateness=ALLOWED_LATENESS,
-                           accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
-         | "Sum" >> beam.CombinePerKey(SumFn())
-         | beam.ParDo(_AppendPanes(panes_dir)))
-
-
-def reference(seed: int, events: int) -> Dict[Tuple[str, int], int]:
-    totals: Dict[Tuple[str, int], int] = {}
-    for index in range(events):
-        team, score, event_time = synthetic_event(seed, index)
-        key = (team, event_time - event_time % WINDOW_SECONDS)
-        totals[key] = totals.get(key, 0) + score
-    return totals
-
-
-def final_panes(panes_dir: str) -> Dict[Tuple[str, int], int]:
-    latest: Dict[Tuple[str, int], Tuple[int, int]] = {}
-    for path in glob.glob(os.path.join(panes_dir, "panes-*.jsonl")):
-        with open(path, encoding="utf-8") as panes:
-            for line in panes:
-                team, start, index, _, total = json.loads(line)
-                if (team, start) not in latest or latest[(team, start)][0] < index:
-                    latest[(team, start)] = (index, total)
-    return {key: total for key, (_, total) in latest.items()}
+MEASUREMENTS = ("latency", "throughput", "scaling")
 
 
 def percentile(values: List[float], fraction: float) -> float:
+    """The nearest-rank percentile.
+
+    >>> percentile([5, 1, 4, 2, 3], 0.5)
+    3
+    """
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
-def _sdk_millis(result: Any) -> Optional[float]:
-    """Beam's process_bundle_msecs of every transform, summed (None if not reported)."""
+def windowed_sum_batches(seed: int, events_per_batch: int, batches: int):
+    for batch in range(batches):
+        start = batch * events_per_batch
+        yield [workloads.windowed_sum_event(seed, index)
+               for index in range(start, start + events_per_batch)]
+
+
+def scaling_batches(events_per_batch: int, batches: int):
+    for batch in range(batches):
+        start = batch * events_per_batch
+        yield [workloads.scaling_event(index, batch)
+               for index in range(start, start + events_per_batch)]
+
+
+def _ours(run: Dict[str, Any], batches: int) -> Dict[str, Any]:
+    """Figures of a Beam run from its per-batch report (batches 1.. that read events)."""
+    lines = run["lines"]
+    measured = [line["millis"] for line in lines[1:batches]]
+    jobs = [line["spark_jobs"] for line in lines[1:batches]]
+    return {"batch_millis_p50": percentile(measured, 0.5),
+            "batch_millis_p95": percentile(measured, 0.95),
+            "events_per_second": round(run["events_per_batch"] * len(measured)
+                                       / (sum(measured) / 1000), 1),
+            "spark_jobs_per_batch": round(sum(jobs) / len(jobs), 2),
+            "first_batch_millis": lines[0]["millis"], "batches": len(lines),
+            "seconds": round(run["seconds"], 1)}
+
+
+def _native(run: Dict[str, Any], events_per_batch: int) -> Dict[str, Any]:
+    measured = run["millis"][1:]
+    return {"batch_millis_p50": percentile(measured, 0.5),
+            "batch_millis_p95": percentile(measured, 0.95),
+            "events_per_second": round(events_per_batch * len(measured)
+                                       / (sum(measured) / 1000), 1),
+            "first_batch_millis": run["millis"][0], "batches": len(run["millis"]),
+            "seconds": round(run["seconds"], 1)}
+
+
+def measure_windowed_sum(session: Any, arguments: argparse.Namespace, events_per_batch: int,
+                         batches: int) -> Dict[str, Any]:
+    """The windowed sum on both engines at ``events_per_batch``."""
+    ours = streaming_beam.run(session, streaming_beam.windowed_sum, arguments.master,
+                              arguments.parallelism, arguments.shards, events_per_batch,
+                              batches, arguments.seed)
+    expected = workloads.windowed_sum_reference(arguments.seed, ours["events"])
+    native = streaming_native.run(
+        session, windowed_sum_batches(arguments.seed, events_per_batch, batches),
+        workloads.WINDOW_SECONDS, workloads.ALLOWED_LATENESS + workloads.DISORDER_SECONDS,
+        arguments.parallelism)
+    record = {"events_per_batch": events_per_batch, "events": ours["events"],
+              "windows": len(expected), "beam_spark_runner": _ours(ours, batches),
+              "spark_structured_streaming": _native(native, events_per_batch)}
+    record["beam_spark_runner"]["agrees"] = ours["panes"] == expected
+    record["spark_structured_streaming"]["agrees"] = native["latest"] == expected
+    record["p50_ratio"] = round(record["beam_spark_runner"]["batch_millis_p50"]
+                                / record["spark_structured_streaming"]["batch_millis_p50"], 2)
+    return record
+
+
+def measure_scaling(session: Any, arguments: argparse.Namespace) -> Dict[str, Any]:
+    """A new key per event: batch times as state grows, on both engines."""
+    per_batch, batches = arguments.scaling_events_per_batch, arguments.scaling_batches
+    ours = streaming_beam.run(session, streaming_beam.state_scaling, arguments.master,
+                              arguments.parallelism, arguments.shards, per_batch, batches,
+                              arguments.seed, drain=False)
+    expected = workloads.scaling_reference(ours["events"])
+    native = streaming_native.run(session, scaling_batches(per_batch, batches),
+                                  workloads.SCALING_WINDOW_SECONDS,
+                                  workloads.DISORDER_SECONDS, arguments.parallelism)
+    ours_millis = [line["millis"] for line in ours["lines"]]
+    keys = [sum(line["state_keys"].values()) for line in ours["lines"]]
+    window = min(10, max(1, (batches - 1) // 2))
+    first, last = ours_millis[1:1 + window], ours_millis[-window:]
+    native_millis = native["millis"]
+    record = {
+        "events_per_batch": per_batch, "events": ours["events"], "batches": batches,
+        "keys_held_at_end": keys[-1],
+        "curve": [{"batch": index, "keys_held": keys[index], "beam_millis": ours_millis[index],
+                   "native_millis": native_millis[index] if index < len(native_millis) else None,
+                   "spark_jobs": ours["lines"][index]["spark_jobs"],
+                   "touched_keys": sum(ours["lines"][index]["touched_keys"].values())}
+                  for index in range(len(ours_millis))],
+        "beam_first_p50": percentile(first, 0.5), "beam_last_p50": percentile(last, 0.5),
+        "beam_first_keys": (keys[1], keys[window]), "beam_last_keys": (keys[-window], keys[-1]),
+        "native_first_p50": percentile(native_millis[1:1 + window], 0.5),
+        "native_last_p50": percentile(native_millis[-window:], 0.5),
+        "state_bytes_at_end": sum(ours["lines"][-1]["state_bytes"].values()),
+        "peak_memory_mib": ours["peak_memory_mib"],
+        "beam_agrees": {key: total for (key, _), total in ours["panes"].items()} == expected,
+        "native_agrees": {key: total for (key, _), total in native["latest"].items()} == expected,
+        "beam_seconds": round(ours["seconds"], 1), "native_seconds": round(native["seconds"], 1),
+    }
+    record["beam_last_over_first"] = round(record["beam_last_p50"] / record["beam_first_p50"], 2)
+    record["beam_over_native_last"] = round(record["beam_last_p50"] / record["native_last_p50"], 2)
+    return record
+
+
+def plot_scaling(record: Dict[str, Any], path: Path) -> Optional[Path]:
+    """Batch time against keys held, both engines (None without matplotlib)."""
     try:
-        metrics = result.monitoring_metrics().query()
-    except Exception:  # a runner without system metrics
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError:
         return None
-    total = 0.0
-    for metric in metrics.get("counters", []):
-        if "process_bundle_msecs" in str(metric.key.metric.name):
-            total += metric.committed
-    return total or None
+    curve = record["curve"][1:]
+    figure, axes = pyplot.subplots(figsize=(8, 4.5))
+    axes.plot([point["keys_held"] / 1000 for point in curve],
+              [point["beam_millis"] for point in curve], label="Beam on our SparkRunner")
+    native = [point for point in curve if point["native_millis"] is not None]
+    axes.plot([point["keys_held"] / 1000 for point in native],
+              [point["native_millis"] for point in native],
+              label="Spark Structured Streaming (RocksDB state store)")
+    axes.set_xlabel("keys held (thousands)")
+    axes.set_ylabel("batch time (ms)")
+    axes.set_ylim(bottom=0)
+    axes.set_title(f"A new key per event, {record['events_per_batch']:,} events a batch")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+    return path
 
 
 def run(arguments: argparse.Namespace) -> Dict[str, Any]:
     from bench.session import bench_session
-    from runners.spark import SparkRunner
 
     session = bench_session(arguments.master, arguments.parallelism)
-    per_call = max(1, arguments.events_per_batch // arguments.shards)
-    per_shard = per_call * arguments.batches
-    events = per_shard * arguments.shards
-    with tempfile.TemporaryDirectory(prefix="bench-streaming-") as scratch:
-        report = os.path.join(scratch, "report.jsonl")
-        options = PipelineOptions([
-            "--streaming", f"--spark_master_url={arguments.master}",
-            f"--spark_parallelism={arguments.parallelism}", "--batch_interval_seconds=0.01",
-            f"--streaming_report={report}"])
-        pipeline = beam.Pipeline(runner=SparkRunner(session), options=options)
-        build(pipeline, arguments.shards, per_call, per_shard, arguments.seed, scratch)
-        began = time.perf_counter()
-        result = pipeline.run()
-        result.wait_until_finish()
-        seconds = time.perf_counter() - began
-        tracker = session.sparkContext.statusTracker()
-        jobs = len(tracker.getJobIdsForGroup(result._job_group))
-        batches = [json.loads(line) for line in open(report, encoding="utf-8")]
-        answer = final_panes(scratch)
-    expected = reference(arguments.seed, events)
-    measured = [batch["millis"] for batch in batches[1:arguments.batches]]  # reading batches
-    sdk = _sdk_millis(result)
-    return {
-        "workload": "streaming_keyed_windowed_sum_early_late",
-        "master": arguments.master, "parallelism": arguments.parallelism,
-        "events": events, "events_per_batch": per_call * arguments.shards,
-        "batches": len(batches), "seconds": round(seconds, 2),
-        "sustained_events_per_second": round(
-            per_call * arguments.shards * len(measured) / (sum(measured) / 1000), 1),
-        "batch_millis_p50": percentile(measured, 0.5),
-        "batch_millis_p95": percentile(measured, 0.95),
-        "batch_millis_max": max(measured), "first_batch_millis": batches[0]["millis"],
-        "spark_jobs_per_batch": round(jobs / len(batches), 2),
-        "sdk_harness_millis_per_batch": None if sdk is None else round(sdk / len(batches), 1),
-        "load_average_1min": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
-        "agrees": answer == expected,
-        "windows": len(expected),
-    }
+    record: Dict[str, Any] = {"master": arguments.master, "parallelism": arguments.parallelism,
+                              "cpus": os.cpu_count()}
+    if "latency" in arguments.only:
+        record["latency"] = measure_windowed_sum(session, arguments, arguments.events_per_batch,
+                                                 arguments.latency_batches)
+    if "throughput" in arguments.only:
+        record["throughput"] = measure_windowed_sum(
+            session, arguments, arguments.throughput_events_per_batch,
+            arguments.throughput_batches)
+    if "scaling" in arguments.only:
+        record["scaling"] = measure_scaling(session, arguments)
+    record["load_average_1min"] = round(os.getloadavg()[0], 2)
+    return record
+
+
+def agrees(record: Dict[str, Any]) -> bool:
+    checks = []
+    for name in ("latency", "throughput"):
+        if name in record:
+            checks += [record[name]["beam_spark_runner"]["agrees"],
+                       record[name]["spark_structured_streaming"]["agrees"]]
+    if "scaling" in record:
+        checks += [record["scaling"]["beam_agrees"], record["scaling"]["native_agrees"]]
+    return all(checks)
+
+
+def print_record(record: Dict[str, Any]) -> None:
+    for name, label in (("latency", "latency"), ("throughput", "throughput")):
+        if name not in record:
+            continue
+        entry = record[name]
+        ours, native = entry["beam_spark_runner"], entry["spark_structured_streaming"]
+        print(f"\n{label}: windowed sum, early and late firings, "
+              f"{entry['events_per_batch']:,} events a batch ({entry['windows']} windows)")
+        print(f"  {'':38s} {'p50 ms':>8s} {'p95 ms':>8s} {'events/s':>10s} {'jobs/batch':>10s}"
+              f" {'panes':>7s}")
+        print(f"  {'Beam on our SparkRunner':38s} {ours['batch_millis_p50']:8.0f} "
+              f"{ours['batch_millis_p95']:8.0f} {ours['events_per_second']:10,.0f} "
+              f"{ours['spark_jobs_per_batch']:10.2f} {_ok(ours['agrees']):>7s}")
+        print(f"  {'Spark Structured Streaming':38s} {native['batch_millis_p50']:8.0f} "
+              f"{native['batch_millis_p95']:8.0f} {native['events_per_second']:10,.0f} "
+              f"{'':10s} {_ok(native['agrees']):>7s}")
+        print(f"  p50 ratio (ours / Spark's): {entry['p50_ratio']}")
+    if "scaling" in record:
+        entry = record["scaling"]
+        print(f"\nstate scaling: a new key per event, {entry['events_per_batch']:,} events a "
+              f"batch, {entry['batches']} batches")
+        print(f"  {'keys held':>10s} {'ours ms':>8s} {'Spark ms':>9s} {'jobs':>5s} "
+              f"{'touched':>8s}")
+        curve = entry["curve"]
+        for point in curve[1::max(1, len(curve) // 10)] + [curve[-1]]:
+            native = point["native_millis"]
+            print(f"  {point['keys_held']:10,d} {point['beam_millis']:8d} "
+                  f"{'-' if native is None else native:>9} {point['spark_jobs']:5d} "
+                  f"{point['touched_keys']:8,d}")
+        print(f"  ours: p50 {entry['beam_first_p50']} ms at {entry['beam_first_keys'][0]:,}-"
+              f"{entry['beam_first_keys'][1]:,} keys, {entry['beam_last_p50']} ms at "
+              f"{entry['beam_last_keys'][0]:,}-{entry['beam_last_keys'][1]:,} keys: "
+              f"x{entry['beam_last_over_first']}")
+        print(f"  Spark: p50 {entry['native_first_p50']} ms first, {entry['native_last_p50']} ms "
+              f"last; ours/Spark at the end: x{entry['beam_over_native_last']}")
+        memory = entry["peak_memory_mib"]
+        print(f"  peak memory (PSS, MiB) driver {memory.get('driver')}, JVM {memory.get('jvm')}, "
+              f"Python workers {memory.get('python_workers')}; state "
+              f"{entry['state_bytes_at_end'] / 1e6:.0f} MB encoded")
+        print(f"  panes: ours {_ok(entry['beam_agrees'])}, Spark {_ok(entry['native_agrees'])}")
+    print(f"\nload average {record['load_average_1min']} on {record['cpus']} cpus")
+
+
+def _ok(agrees: bool) -> str:
+    return "ok" if agrees else "WRONG"
 
 
 def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.streaming",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--events-per-batch", type=int, default=10_000)
-    parser.add_argument("--batches", type=int, default=12, help="batches that read events")
+    parser.add_argument("--only", default=",".join(MEASUREMENTS),
+                        help=f"comma-separated subset of {', '.join(MEASUREMENTS)}")
+    parser.add_argument("--events-per-batch", type=int, default=10_000,
+                        help="latency: events a batch (10,000)")
+    parser.add_argument("--latency-batches", type=int, default=12)
+    parser.add_argument("--throughput-events-per-batch", type=int, default=100_000)
+    parser.add_argument("--throughput-batches", type=int, default=6)
+    parser.add_argument("--scaling-events-per-batch", type=int, default=10_000)
+    parser.add_argument("--scaling-batches", type=int, default=100)
     parser.add_argument("--shards", type=int, default=4, help="source restrictions (4)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     arguments = parser.parse_args(argv)
-    if arguments.events_per_batch < arguments.shards or arguments.batches < 2:
-        parser.error("--events-per-batch must be >= --shards and --batches >= 2")
+    arguments.only = [name.strip() for name in arguments.only.split(",") if name.strip()]
+    unknown = set(arguments.only) - set(MEASUREMENTS)
+    if unknown:
+        parser.error(f"--only: unknown {sorted(unknown)}; choose from {', '.join(MEASUREMENTS)}")
+    if min(arguments.latency_batches, arguments.throughput_batches,
+           arguments.scaling_batches) < 3:
+        parser.error("every measurement needs at least 3 batches (batch 0 is not measured)")
     return arguments
 
 
@@ -248,12 +287,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     record = run(arguments)
     arguments.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if "scaling" in record:
+        picture = plot_scaling(record["scaling"],
+                               arguments.results_dir / f"streaming-scaling-{stamp}.png")
+        record["scaling"]["picture"] = None if picture is None else str(picture)
     with open(arguments.results_dir / f"streaming-{stamp}.jsonl", "a", encoding="utf-8") as out:
         out.write(json.dumps(record, sort_keys=True) + "\n")
-    for name, value in record.items():
-        print(f"{name:32s} {value}")
-    if not record["agrees"]:
-        print("FAILED: the final panes differ from the reference sums", file=sys.stderr)
+    print_record(record)
+    if "scaling" in record and record["scaling"]["picture"]:
+        print(f"curve: {record['scaling']['picture']}")
+    if not agrees(record):
+        print("FAILED: some engine's final panes differ from the reference", file=sys.stderr)
         return 1
     return 0
 
