@@ -106,6 +106,10 @@ def test_unbounded_sdf_panes_across_batches(make_pipeline, runner_name, tmp_path
             "output_watermarks", "watermark_lag_seconds", "state_keys",
             "state_bytes"} <= set(lines[0])
     assert sum(line["source_elements"] for line in lines) == 25 + 12
+    # On the wall clock a batch is one Spark job (source, GroupByKey and sink together),
+    # or none when it has nothing to do.
+    assert all(line["spark_jobs"] <= 1 for line in lines)
+    assert sum(line["spark_jobs"] for line in lines) >= 7
     assert all(line["source_elements"] <= 2 * PER_CALL for line in lines)  # read gradually
     # The source's watermark advances batch by batch (3, 7, 11, ...), so the GroupByKey's
     # output watermark passes windows' ends before the read is over, then reaches the end.

@@ -81,8 +81,16 @@ class SplittableReport(NamedTuple):
     elements: int
 
 
+class SideInputChunk(NamedTuple):
+    """Encoded elements a side-input buffer received in a micro-batch whose readers did not
+    run: the driver keeps them for later batches."""
+
+    buffer_id: bytes
+    data: bytes
+
+
 #: Every report type (what a stage forwards without looking inside).
-REPORT_TYPES = (StepReport, Residual, SplittableReport)
+REPORT_TYPES = (StepReport, Residual, SplittableReport, SideInputChunk)
 
 
 def is_report(record: Any) -> bool:

@@ -172,6 +172,15 @@ class StageGraph:
         task = self.context.stage_task(stage, self.side_input_table(stage))
         return records.mapPartitions(functools.partial(process_partition, task))
 
+    def side_buffers_to_keep(self) -> List[bytes]:
+        """Side-input buffers whose data a pass must hand to the driver even when no reader
+        runs in it (streaming keeps them for later batches; batch runs every reader)."""
+        return []
+
+    def extra_terminals(self) -> List[Any]:
+        """RDDs of reports the pass's job collects besides the stages' own."""
+        return []
+
     def side_input_chunks(self, stage: StageSpec) -> Dict[bytes, List[bytes]]:
         """Every encoded element chunk of the stage's side-input buffers (batch: all of
         them; the buffers not collected yet in one job: WriteToText alone reads the same
@@ -229,6 +238,10 @@ class StageGraph:
             for _, buffer_id in stage.outputs:
                 live.add(buffer_id)
                 writers.setdefault(buffer_id, []).append(("stage", stage.index))
+        running_side_inputs = {spec.buffer_id for stage in running for spec in stage.side_inputs}
+        for buffer_id in self.side_buffers_to_keep():
+            if buffer_live(buffer_id) and buffer_id not in running_side_inputs:
+                read(buffer_id, ("side", buffer_id))
         self.pass_plan = PassPlan(running, live, groups, readers)
         return self.pass_plan
 
@@ -253,6 +266,7 @@ class StageGraph:
             for buffer_id in plan.groups:  # a GroupByKey nobody reads still reports
                 if ("group", buffer_id) not in self._outputs:
                     self._group(buffer_id)
+            self._terminals.extend(self.extra_terminals())
             if not self._terminals:
                 return []
             union = (self._terminals[0] if len(self._terminals) == 1

@@ -29,7 +29,8 @@ stable format, for live progress and plots; later fields may be added, none remo
      "watermark_lag_seconds": 20.1,  # clock - output watermark of the last keyed step
      "state_keys": {"Sum/GroupByKey": 120},      # per keyed step
      "state_bytes": {"Sum/GroupByKey": 5400},    # per keyed step, encoded
-     "touched_keys": {"Sum/GroupByKey": 20}}     # per keyed step: keys read and written
+     "touched_keys": {"Sum/GroupByKey": 20},     # per keyed step: keys read and written
+     "side_input_elements": {"Rates/Map": 12}}   # per side input (its PCollection): kept
 
 Steps are keyed steps (GroupByKey and stateful stages, by transform name) and splittable
 DoFns (by transform name). Watermarks are seconds since the epoch, ``null`` at the
@@ -100,7 +101,8 @@ class BatchReporter:
                  "watermark_lag_seconds": lag,
                  "state_keys": {step.name: step.keys for step in steps},
                  "state_bytes": {step.name: step.state_bytes for step in steps},
-                 "touched_keys": {step.name: step.touched for step in steps}}
+                 "touched_keys": {step.name: step.touched for step in steps},
+                 "side_input_elements": state.side_input_sizes()}
         self.history.append(entry)
         if self.report_path:
             with open(self.report_path, "a", encoding="utf-8") as report:

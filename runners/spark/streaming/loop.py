@@ -180,19 +180,19 @@ class StreamingExecution:
                            first and not state.watermarks.impulse_done, checkpoint)
             round_.step_inputs = {key: state.step_input(key) for key in state.steps}
             graph = RoundGraph(self.context, state, round_)
-            if graph.plan_pass().is_empty():
+            if graph.plan_pass().is_empty():  # nothing to do: only watermarks move
                 for key, step in state.steps.items():
                     step.skip(round_.step_inputs[key])
-                state.watermarks.refresh()
-                return rounds, written
-            state.round_number = round_.number
-            graph.apply(graph.run_pass())
-            rounds += 1
-            for key, kind in graph.written.items():
-                written[state.steps[key].name] = (kind, round_.number)
-            if round_.impulse:
-                state.watermarks.impulse_done = True
+            else:
+                state.round_number = round_.number
+                graph.apply(graph.run_pass())
+                rounds += 1
+                for key, kind in graph.written.items():
+                    written[state.steps[key].name] = (kind, round_.number)
+                if round_.impulse:
+                    state.watermarks.impulse_done = True
             state.watermarks.refresh()
+            state.expire_side_inputs()
             first = False
             if not settle or not self._moved_into_due(clock):
                 return rounds, written

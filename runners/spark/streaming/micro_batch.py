@@ -27,12 +27,12 @@ import functools
 import os
 from typing import Any, Dict, List, Optional
 
-from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
 from runners.spark import shuffle
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
 from runners.spark.planning import TEST_STREAM_STAGE, GroupSpec, StageSpec
-from runners.spark.records import Elements, StepReport
+from runners.spark.records import Elements, SideInputChunk, StepReport
 from runners.spark.stage_graph import RunContext, StageGraph
 from runners.spark.streaming import coders as _coders  # noqa: F401 (registers the coder)
 from runners.spark.streaming.grouping import process_group_partition
@@ -93,6 +93,24 @@ class StreamingState:
         if self.checkpoint_state_dir is None:
             return None
         return os.path.join(self.checkpoint_state_dir, step_directory_name(step.name))
+
+    def expire_side_inputs(self) -> None:
+        """Drop the side-input elements no reader can ask for any more: its windows'
+        ``max_timestamp + allowed lateness`` is behind the main input watermark of every
+        stage that reads the side input (a main element of such a window would be late)."""
+        for buffer_id in self.side_inputs.sizes():
+            self.side_inputs.expire(buffer_id, self.side_input_readers_watermark(buffer_id).micros)
+
+    def side_input_readers_watermark(self, buffer_id: bytes) -> Timestamp:
+        return min((self.watermarks.stage_input(stage) for stage in self.plan.stages
+                    if any(spec.buffer_id == buffer_id for spec in stage.side_inputs)),
+                   default=MIN_TIMESTAMP)
+
+    def side_input_sizes(self) -> Dict[str, int]:
+        """Side-input elements kept, per side input (its PCollection's name)."""
+        pcollections = self.plan.components.pcollections
+        return {pcollections[split_buffer_id(buffer_id)[1]].unique_name: size
+                for buffer_id, size in self.side_inputs.sizes().items()}
 
     def checkpoint_kind(self, step: KeyedStep) -> str:
         return "snapshot" if len(step.chain) >= SNAPSHOT_EVERY else "delta"
@@ -205,6 +223,18 @@ class RoundGraph(StageGraph):
         return self.state.residuals.stage_rdd(stage, task, records, live, self.round.clock)
 
     # ----- side inputs
+    def side_buffers_to_keep(self) -> List[bytes]:
+        return sorted({spec.buffer_id for stage in self.plan.stages
+                       for spec in stage.side_inputs})
+
+    def extra_terminals(self) -> List[Any]:
+        """What side inputs received in this round without a reader running: to the driver,
+        with the job's reports."""
+        return [self.buffer_chunks_rdd(buffer_id).map(functools.partial(SideInputChunk,
+                                                                       buffer_id))
+                for buffer_id in self.side_buffers_to_keep()
+                if buffer_id in self.pass_plan.live and buffer_id not in self._side_collected]
+
     def side_input_chunks(self, stage: StageSpec) -> Dict[bytes, List[bytes]]:
         """What each side input received so far: this round's new chunks are collected (one
         job) into the history, whose expired elements are dropped first."""
@@ -218,10 +248,8 @@ class RoundGraph(StageGraph):
                     spec.buffer_id, collected.pop(spec.buffer_id), self.components,
                     spec.coder_id, side_input_lateness(self.plan, spec.buffer_id))
                 self._side_collected.add(spec.buffer_id)
-        history = self.state.side_inputs
-        for buffer_id in wanted:
-            history.expire(buffer_id, self.state.watermarks.buffer(buffer_id).micros)
-        return {buffer_id: history.chunks(buffer_id) for buffer_id in wanted}
+        self.state.expire_side_inputs()
+        return {buffer_id: self.state.side_inputs.chunks(buffer_id) for buffer_id in wanted}
 
     # ----- after the job
     def apply(self, reports: List[Any]) -> None:
@@ -238,6 +266,13 @@ class RoundGraph(StageGraph):
             else:
                 step.skip(input_watermark)
         self.state.residuals.apply(reports)
+        specs = {spec.buffer_id: spec for stage in self.plan.stages for spec in stage.side_inputs}
+        for report in reports:
+            if isinstance(report, SideInputChunk):
+                spec = specs[report.buffer_id]
+                self.state.side_inputs.add_chunks(
+                    report.buffer_id, [report.data], self.components, spec.coder_id,
+                    side_input_lateness(self.plan, report.buffer_id))
 
 
 def side_input_lateness(plan: Any, buffer_id: bytes) -> Duration:

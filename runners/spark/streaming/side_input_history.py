@@ -3,9 +3,9 @@
 A ParDo's side input, in streaming, reflects every element its PCollection received in
 earlier micro-batches and in this one. The driver keeps those elements (encoded) per buffer,
 each with its *expiry*: the latest of its windows' ``max_timestamp() + allowed lateness``
-(of the side input's own windowing strategy, as Beam's runners garbage-collect side input
-windows). Once the side input's watermark passes an element's expiry, no reader can ask for
-its windows again and the element is dropped; a side input in the global window is kept
+(of the side input's own windowing strategy). Once the main input watermark of every stage
+that reads the side input passes an element's expiry, a main element asking for its windows
+would be late data, and the element is dropped; a side input in the global window is kept
 until the end.
 
 >>> history = SideInputHistory()
@@ -59,8 +59,9 @@ class SideInputHistory:
         elements = self._elements.get(buffer_id, [])
         return [b"".join(data for _, data in elements)] if elements else []
 
-    def size(self) -> int:
-        return sum(len(elements) for elements in self._elements.values())
+    def sizes(self) -> Dict[bytes, int]:
+        """Elements kept, per buffer."""
+        return {buffer_id: len(elements) for buffer_id, elements in self._elements.items()}
 
     def snapshot(self) -> Dict[bytes, List[Tuple[int, bytes]]]:
         return {buffer_id: list(elements) for buffer_id, elements in self._elements.items()}
