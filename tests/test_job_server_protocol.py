@@ -168,3 +168,22 @@ def test_a_job_outlives_its_client(job_endpoint, tmp_path, environment):  # noqa
         stored = service.GetPipeline(beam_job_api_pb2.GetJobPipelineRequest(job_id=job_id))
         assert stored.pipeline == pipeline
     assert sorted(read_lines(output)) == ["alpha", "beta"]
+
+
+def test_a_taken_port_is_refused_before_spark_starts():
+    """The port is checked first: a taken one fails at once, naming it, and no SparkContext
+    (no JVM) is created for a server that cannot serve."""
+    import socket
+
+    from runners.spark.job_server import SparkJobServer
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = SparkJobServer(port=port, spark_master_url="local[1]")
+        started = time.monotonic()
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}.*pick another"):
+            server.start()
+        assert time.monotonic() - started < 5
+        assert server._spark_context is None

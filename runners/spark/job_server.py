@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import shutil
 import signal
 import sys
@@ -122,6 +123,19 @@ def create_spark_context(master: str, spark_conf: Optional[Sequence[str]] = None
     return SparkContext.getOrCreate(SparkConf().setAll(settings.items()))
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """OSError now, before Spark starts, if a given port is taken (0: any port, fine)."""
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as error:
+            raise OSError(f"cannot listen on {host}:{port} ({error.strerror or error}); "
+                          "pick another --port (0: any free one)") from None
+
+
 class SparkJobServer:
     """Beam's Job API on a gRPC port, jobs running on one SparkContext.
 
@@ -161,9 +175,17 @@ class SparkJobServer:
         return f"{host}:{self.port}"
 
     def start(self) -> "SparkJobServer":
-        """Bind the port (OSError if taken), create the SparkContext if needed, serve."""
+        """Check the port (OSError if taken), create the SparkContext if needed, bind, serve.
+
+        Spark comes before the gRPC server: PySpark launches its JVM with fork (it sets a
+        signal mask in the child), and forking a process whose gRPC threads are running
+        can break the server (seen: "epoll_wait error: Bad file descriptor", then a JVM
+        that never starts)."""
         if self._staging_dir is None:
             self._staging_dir = tempfile.mkdtemp(prefix="beam-spark-staging-")
+        _check_port_free(self.host, self.requested_port)
+        if self._spark_context is None:
+            self._spark_context = create_spark_context(self._master, self._spark_conf)
         self.servicer = SparkJobServicer(self._spark_context, self._staging_dir)
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self._max_workers), options=_GRPC_OPTIONS)
@@ -182,9 +204,6 @@ class SparkJobServer:
                           "pick another --port (0: any free one)")
         self.servicer.artifact_staging_endpoint = endpoints_pb2.ApiServiceDescriptor(
             url=self.endpoint)
-        if self._spark_context is None:
-            self._spark_context = create_spark_context(self._master, self._spark_conf)
-        self.servicer.spark_context = self._spark_context
         self._server.start()
         return self
 
