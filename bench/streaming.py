@@ -32,6 +32,7 @@ import datetime
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -112,12 +113,27 @@ def measure_windowed_sum(session: Any, arguments: argparse.Namespace, events_per
 
 
 def measure_scaling(session: Any, arguments: argparse.Namespace) -> Dict[str, Any]:
-    """A new key per event: batch times as state grows, on both engines."""
+    """A new key per event: batch times as state grows, on both engines. Ours checkpoints
+    every ``--scaling-checkpoint-interval`` batches (as Spark's query commits every batch);
+    then a second driver resumes from that checkpoint for a few batches: the first of
+    them rebuilds every partition's store from the checkpoint files."""
     per_batch, batches = arguments.scaling_events_per_batch, arguments.scaling_batches
-    ours = streaming_beam.run(session, streaming_beam.state_scaling, arguments.master,
-                              arguments.parallelism, arguments.shards, per_batch, batches,
-                              arguments.seed, drain=False)
-    expected = workloads.scaling_reference(ours["events"])
+    resumed_batches = 3
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
+        checkpoints, panes = os.path.join(scratch, "checkpoints"), os.path.join(scratch, "panes")
+        os.makedirs(panes)
+        ours = streaming_beam.run(
+            session, streaming_beam.state_scaling, arguments.master, arguments.parallelism,
+            arguments.shards, per_batch, batches, arguments.seed, drain=False,
+            source_batches=batches + resumed_batches, checkpoint_dir=checkpoints,
+            checkpoint_interval=arguments.scaling_checkpoint_interval, panes_dir=panes)
+        resumed = streaming_beam.run(
+            session, streaming_beam.state_scaling, arguments.master, arguments.parallelism,
+            arguments.shards, per_batch, resumed_batches, arguments.seed, drain=False,
+            source_batches=batches + resumed_batches, checkpoint_dir=checkpoints,
+            checkpoint_interval=arguments.scaling_checkpoint_interval, panes_dir=panes)
+        state_on_disk = _directory_bytes(os.path.join(checkpoints, "state"))
+    expected = workloads.scaling_reference(per_batch * (batches + resumed_batches))
     native = streaming_native.run(session, scaling_batches(per_batch, batches),
                                   workloads.SCALING_WINDOW_SECONDS,
                                   workloads.DISORDER_SECONDS, arguments.parallelism)
@@ -126,6 +142,9 @@ def measure_scaling(session: Any, arguments: argparse.Namespace) -> Dict[str, An
     window = min(10, max(1, (batches - 1) // 2))
     first, last = ours_millis[1:1 + window], ours_millis[-window:]
     native_millis = native["millis"]
+    interval = arguments.scaling_checkpoint_interval
+    checkpointed = [ours_millis[index] for index in range(1, len(ours_millis))
+                    if (index + 1) % interval == 0]
     record = {
         "events_per_batch": per_batch, "events": ours["events"], "batches": batches,
         "keys_held_at_end": keys[-1],
@@ -140,13 +159,25 @@ def measure_scaling(session: Any, arguments: argparse.Namespace) -> Dict[str, An
         "native_last_p50": percentile(native_millis[-window:], 0.5),
         "state_bytes_at_end": sum(ours["lines"][-1]["state_bytes"].values()),
         "peak_memory_mib": ours["peak_memory_mib"],
-        "beam_agrees": {key: total for (key, _), total in ours["panes"].items()} == expected,
-        "native_agrees": {key: total for (key, _), total in native["latest"].items()} == expected,
+        "checkpoint_interval": interval,
+        "checkpoint_batch_millis_p50": percentile(checkpointed, 0.5) if checkpointed else None,
+        "checkpoint_files_bytes": state_on_disk,
+        "resumed_millis": [line["millis"] for line in resumed["lines"]],
+        "resumed_keys": [sum(line["state_keys"].values()) for line in resumed["lines"]],
+        # every key's latest pane, from both drivers: one pane per key, its value
+        "beam_agrees": {key: total for (key, _), total in resumed["panes"].items()} == expected,
+        "native_agrees": {key: total for (key, _), total in native["latest"].items()}
+        == workloads.scaling_reference(ours["events"]),
         "beam_seconds": round(ours["seconds"], 1), "native_seconds": round(native["seconds"], 1),
     }
     record["beam_last_over_first"] = round(record["beam_last_p50"] / record["beam_first_p50"], 2)
     record["beam_over_native_last"] = round(record["beam_last_p50"] / record["native_last_p50"], 2)
     return record
+
+
+def _directory_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(path) for name in names)
 
 
 def plot_scaling(record: Dict[str, Any], path: Path) -> Optional[Path]:
@@ -246,6 +277,11 @@ def print_record(record: Dict[str, Any]) -> None:
         print(f"  peak memory (PSS, MiB) driver {memory.get('driver')}, JVM {memory.get('jvm')}, "
               f"Python workers {memory.get('python_workers')}; state "
               f"{entry['state_bytes_at_end'] / 1e6:.0f} MB encoded")
+        print(f"  checkpoints every {entry['checkpoint_interval']} batches: p50 "
+              f"{entry['checkpoint_batch_millis_p50']} ms for a checkpointed batch; files "
+              f"{entry['checkpoint_files_bytes'] / 1e6:.0f} MB")
+        print(f"  resumed from the checkpoint in a new driver: batches "
+              f"{entry['resumed_millis']} ms, keys held {entry['resumed_keys']}")
         print(f"  panes: ours {_ok(entry['beam_agrees'])}, Spark {_ok(entry['native_agrees'])}")
     print(f"\nload average {record['load_average_1min']} on {record['cpus']} cpus")
 
@@ -266,6 +302,8 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--throughput-batches", type=int, default=6)
     parser.add_argument("--scaling-events-per-batch", type=int, default=10_000)
     parser.add_argument("--scaling-batches", type=int, default=100)
+    parser.add_argument("--scaling-checkpoint-interval", type=int, default=10,
+                        help="state scaling: batches between checkpoints (10)")
     parser.add_argument("--shards", type=int, default=4, help="source restrictions (4)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--parallelism", type=int, default=2)

@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
@@ -159,28 +159,40 @@ def latest_panes(panes_dir: str) -> Dict[Any, int]:
 
 
 def run(session: Any, build: Callable, master: str, parallelism: int, shards: int,
-        events_per_batch: int, batches: int, seed: int, drain: bool = True) -> Dict[str, Any]:
+        events_per_batch: int, batches: int, seed: int, drain: bool = True,
+        source_batches: Optional[int] = None, checkpoint_dir: Optional[str] = None,
+        checkpoint_interval: int = 10, panes_dir: Optional[str] = None) -> Dict[str, Any]:
     """Run one pipeline over ``batches`` batches of events; returns the per-batch report
-    lines, the latest panes and the peak memory. With ``drain`` the job runs until its
-    source is exhausted and every window fired (it ends by itself); without, it stops after
-    the batches that read events (batch 0 included)."""
+    lines, the latest panes and the peak memory.
+
+    With ``drain`` the job runs until its source is exhausted and every window fired (it
+    ends by itself); without, it stops after ``batches`` batches. ``source_batches``: the
+    source holds that many batches (default ``batches``; more, for a run resumed from its
+    ``checkpoint_dir`` to go on with).
+    """
     from runners.spark import SparkRunner
 
     per_call = max(1, events_per_batch // shards)
+    per_shard = per_call * (source_batches or batches)
     with tempfile.TemporaryDirectory(prefix="bench-streaming-") as scratch:
+        panes = panes_dir or scratch
         report = os.path.join(scratch, "report.jsonl")
-        options = PipelineOptions([
-            "--streaming", f"--spark_master_url={master}",
-            f"--spark_parallelism={parallelism}", "--batch_interval_seconds=0.01",
-            f"--streaming_report={report}"] + ([] if drain else [f"--max_batches={batches}"]))
-        pipeline = beam.Pipeline(runner=SparkRunner(session), options=options)
-        build(pipeline, shards, per_call, per_call * batches, seed, scratch)
+        flags = ["--streaming", f"--spark_master_url={master}",
+                 f"--spark_parallelism={parallelism}", "--batch_interval_seconds=0.01",
+                 f"--streaming_report={report}"]
+        if not drain:
+            flags.append(f"--max_batches={batches}")
+        if checkpoint_dir:
+            flags += [f"--checkpoint_dir={checkpoint_dir}",
+                      f"--checkpoint_interval_batches={checkpoint_interval}"]
+        pipeline = beam.Pipeline(runner=SparkRunner(session), options=PipelineOptions(flags))
+        build(pipeline, shards, per_call, per_shard, seed, panes)
         began = time.perf_counter()
         with PeakMemory() as memory:
             result = pipeline.run()
             result.wait_until_finish()
         seconds = time.perf_counter() - began
         lines = [json.loads(line) for line in open(report, encoding="utf-8")]
-        return {"lines": lines, "panes": latest_panes(scratch), "seconds": seconds,
+        return {"lines": lines, "panes": latest_panes(panes), "seconds": seconds,
                 "events": per_call * shards * batches, "events_per_batch": per_call * shards,
                 "peak_memory_mib": memory.result()}

@@ -1,9 +1,11 @@
-"""Kafka fixtures: one embedded broker per test session, unique topics and groups per test.
+"""Kafka fixtures: one embedded broker of each kind per test session, unique topics and
+groups per test.
 
-The broker kind comes from ``KAFKA_BROKER=noida|tansu`` (default noida); run the Kafka tests
-once with each. Every test gets its own topics and group ids, so tests never see each
-other's records or offsets. ``KAFKA_SESSION_TIMEOUT_MS`` sets the consumer-group session
-timeout (default 6000: real Kafka rejects less).
+Every test that uses a broker runs once per embedded broker (noida and tansu: its id says
+which), in the same session; ``KAFKA_BROKER=noida`` (or ``tansu``) keeps one. Every test gets
+its own topics and group ids, so tests never see each other's records or offsets.
+``KAFKA_SESSION_TIMEOUT_MS`` sets the consumer-group session timeout (default 6000: real
+Kafka rejects less).
 """
 
 from __future__ import annotations
@@ -30,26 +32,37 @@ def recent_base_seconds() -> int:
     return (int(time.time()) // 3600 - 1) * 3600
 
 
-def broker_kind() -> str:
-    kind = os.environ.get("KAFKA_BROKER", "noida")
-    if kind not in KINDS:
-        raise pytest.UsageError(f"KAFKA_BROKER={kind!r}: use one of {KINDS}")
-    return kind
+def broker_kinds() -> List[str]:
+    """The embedded brokers the Kafka tests run on: ``KAFKA_BROKER`` (one kind, or several
+    separated by commas), by default every kind."""
+    wanted = [kind.strip() for kind in os.environ.get("KAFKA_BROKER", ",".join(KINDS)).split(",")
+              if kind.strip()]
+    unknown = [kind for kind in wanted if kind not in KINDS]
+    if unknown or not wanted:
+        raise pytest.UsageError(f"KAFKA_BROKER={os.environ.get('KAFKA_BROKER')!r}: use one or "
+                                f"more of {KINDS}, separated by commas")
+    return wanted
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """A test that uses a broker runs once per kind (``kafka_broker_kind``)."""
+    if "kafka_broker_kind" in metafunc.fixturenames:
+        metafunc.parametrize("kafka_broker_kind", broker_kinds(), scope="session")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark ``kafka`` every test of a ``test_kafka_*`` file and every test that uses the
-    session's broker: ``make test`` re-runs them (``-m kafka``) on the second broker."""
+    """Mark ``kafka`` every test of a ``test_kafka_*`` file and every test that uses a
+    broker (``make test-kafka`` runs only them)."""
     for item in items:
         if (item.path.name.startswith("test_kafka_")
-                or "kafka_broker" in getattr(item, "fixturenames", ())):
+                or "kafka_broker_kind" in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kafka)
 
 
 @pytest.fixture(scope="session")
-def kafka_broker():
-    """The session's embedded broker (stopped, by PID, at the end of the session)."""
-    with EmbeddedBroker(kind=broker_kind()) as broker:
+def kafka_broker(kafka_broker_kind):
+    """The session's embedded broker of this kind (stopped, by PID, at the session's end)."""
+    with EmbeddedBroker(kind=kafka_broker_kind) as broker:
         yield broker
 
 

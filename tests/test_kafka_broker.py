@@ -6,7 +6,6 @@ import socket
 
 import pytest
 
-from kafka_fixtures import broker_kind
 from runners import broker as broker_module
 from runners.broker import (
     BrokerError,
@@ -17,8 +16,8 @@ from runners.broker import (
 )
 
 
-def test_start_answers_an_admin_request_and_stop_leaves_no_process():
-    broker = EmbeddedBroker(kind=broker_kind())
+def test_start_answers_an_admin_request_and_stop_leaves_no_process(kafka_broker_kind):
+    broker = EmbeddedBroker(kind=kafka_broker_kind)
     with broker:
         pid = broker.pid
         data_dir = broker.data_dir
@@ -31,20 +30,23 @@ def test_start_answers_an_admin_request_and_stop_leaves_no_process():
     assert not os.path.exists(data_dir)
 
 
-def test_a_port_taken_by_another_process_is_reported_not_mistaken_for_the_broker():
+def test_a_port_taken_by_another_process_is_reported_not_mistaken_for_the_broker(
+        kafka_broker_kind):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen(8)  # accepts connections, speaks no Kafka
         port = squatter.getsockname()[1]
-        broker = EmbeddedBroker(kind=broker_kind(), port=port)
+        broker = EmbeddedBroker(kind=kafka_broker_kind, port=port)
         with pytest.raises(BrokerError, match="exited during start-up|did not answer"):
             broker.start()
         assert broker.pid is None  # whatever was started has been stopped
 
 
-def test_the_command_line_starts_reports_and_stops_the_broker(tmp_path, capsys):
+def test_the_command_line_starts_reports_and_stops_the_broker(kafka_broker_kind, tmp_path,
+                                                             capsys):
     state_dir = str(tmp_path / "state")
-    assert broker_module.main(["start", "--kind", broker_kind(), "--state-dir", state_dir]) == 0
+    assert broker_module.main(["start", "--kind", kafka_broker_kind,
+                               "--state-dir", state_dir]) == 0
     started = capsys.readouterr().out
     assert "--bootstrap_servers=127.0.0.1:" in started
     state = broker_module._read_state(tmp_path / "state")

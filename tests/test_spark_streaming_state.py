@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 
 import apache_beam as beam
 import pytest
@@ -157,3 +158,41 @@ def test_side_input_elements_are_kept_while_their_windows_live(make_pipeline, ru
     kept = [sum(line["side_input_elements"].values()) for line in report_lines(report)]
     assert max(kept) == 2  # both windows' rates, while both can be read
     assert kept[-1] == 0  # the side input's watermark passed both windows
+
+
+#: Spark's own start-up warnings (host name, native Hadoop library): once per JVM.
+STARTUP_WARNINGS = ("WARN Utils:", "WARN NativeCodeLoader:")
+
+
+def test_a_streaming_run_logs_no_warning_while_it_runs(tmp_path):
+    """A branching streaming pipeline (one stage read by a stateful DoFn and by a windowed
+    sum), checkpointed every two batches, at Spark's default log level: Spark logs nothing
+    but its start-up lines. (A stage read by two stages of one job used to make them race
+    for its cached blocks: "Block ... already exists on this machine".)"""
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    script = (
+        "import apache_beam as beam\n"
+        "from apache_beam.options.pipeline_options import PipelineOptions\n"
+        "from runners.spark import SparkRunner\n"
+        "import test_spark_streaming_checkpoint as t\n"
+        f"options = PipelineOptions(streaming=True, spark_master_url='local[2]', "
+        f"checkpoint_dir={str(tmp_path / 'checkpoints')!r}, checkpoint_interval_batches=2)\n"
+        "pipeline = beam.Pipeline(runner=SparkRunner(), options=options)\n"
+        f"t.build(pipeline, {str(tmp_path)!r})\n"
+        "pipeline.run().wait_until_finish()\n"
+        "print('RUN DONE')\n")
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [tests, os.path.dirname(tests)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    run = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True,
+                         text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0 and "RUN DONE" in output, output[-3000:]
+    spark_lines = [line for line in output.splitlines()
+                   if re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|ERROR) ", line)]
+    unexpected = [line for line in spark_lines
+                  if not any(startup in line for startup in STARTUP_WARNINGS)]
+    assert unexpected == [], "\n".join(unexpected[:20])
+    assert len(read_panes(tmp_path)) > 10  # it did run: panes were written

@@ -16,8 +16,8 @@ plan's topological order, and runs the pass's one Spark job.
   Beam's trigger driver over all of a key's elements; streaming: keyed state kept per
   partition) is the subclass's (:meth:`group_rdd`, :meth:`keyed_stage_rdd`).
 * Reports for the driver (:mod:`runners.spark.records`) travel with the data: a stage read by
-  exactly one reader hands them on to it; a stage read by several is persisted (so it runs
-  once) and its reports go straight to the pass's job. That job collects the reports of
+  exactly one reader hands them on to it; a stage read by several is written once to
+  shuffle files its readers all read, and its reports go straight to the pass's job. That job collects the reports of
   every stage nobody reads (sinks): one Spark job per pass.
 * Side inputs are collected (a Spark job, before their reader is built), laid out per
   window and broadcast (:mod:`runners.spark.side_inputs`).
@@ -29,8 +29,6 @@ import dataclasses
 import functools
 import threading
 from typing import Any, Dict, List, Optional, Set, Tuple
-
-from pyspark import StorageLevel
 
 from runners.spark import shuffle
 from runners.spark import side_inputs as side_input_tables
@@ -141,7 +139,6 @@ class StageGraph:
         self._terminals: List[Any] = []
         self._stages = {stage.index: stage for stage in self.plan.stages}
         self._side_chunks: Dict[bytes, List[bytes]] = {}
-        self._persisted: List[Any] = []
         self._broadcasts: List[Any] = []
         self.pass_plan: Optional[PassPlan] = None
 
@@ -280,11 +277,9 @@ class StageGraph:
             self.release_pass()
 
     def release_pass(self) -> None:
-        for rdd in self._persisted:
-            rdd.unpersist(blocking=False)
         for broadcast in self._broadcasts:
             broadcast.unpersist()
-        self._persisted, self._broadcasts, self._terminals = [], [], []
+        self._broadcasts, self._terminals = [], []
         self._outputs, self._carriers, self._side_chunks = {}, {}, {}
 
     def _stage(self, stage: StageSpec) -> Any:
@@ -354,16 +349,22 @@ class StageGraph:
 
     def _hand_on(self, producer: Tuple[str, Any]) -> None:
         """Decide where the producer's reports go: on with its only data reader, or (read by
-        several, or only as a side input, or by nobody) straight to the pass's job."""
+        several, or only as a side input, or by nobody) straight to the pass's job.
+
+        An output read several times is written once to shuffle files that every reader
+        reads (each of its partitions becomes the same partition of a shuffle): a persisted
+        RDD would be computed once too, but its readers, sibling stages of one job, race
+        for its blocks (Spark then logs "Block ... already exists" as a second task waits
+        for the first to store it)."""
         readers = self.pass_plan.readers.get(producer, [])
         output = self._outputs[producer]
         if len(readers) == 1 and readers[0][0] != "side":
             self._carriers[producer] = readers[0]
             return
-        if readers:  # computed once, read several times
-            output = output.persist(StorageLevel.MEMORY_AND_DISK)
+        if readers and output.getNumPartitions():
+            output = (output.mapPartitionsWithIndex(_keyed_by_partition)
+                      .partitionBy(output.getNumPartitions(), _identity).values())
             self._outputs[producer] = output
-            self._persisted.append(output)
         self._terminals.append(output.filter(is_report))
 
     # ----- side inputs
@@ -403,6 +404,14 @@ class StageGraph:
         broadcast = self.sc.broadcast(table)
         self._broadcasts.append(broadcast)
         return broadcast
+
+
+def _keyed_by_partition(partition: int, records: Any) -> Any:
+    return ((partition, record) for record in records)
+
+
+def _identity(partition: int) -> int:
+    return partition
 
 
 def on_position(position: int, chunk: bytes) -> Tuple[int, bytes]:
