@@ -136,6 +136,40 @@ def pipeline_proto(pipeline, options) -> beam_runner_api_pb2.Pipeline:
     return merge_common_environments(proto)
 
 
+def canonical_stage_name(name: str) -> str:
+    """A fused stage's name with its parts in sorted order.
+
+    Beam names a fused stage ``(A)+(B)`` in the order its fusion met the parts, which follows
+    the iteration order of sets of objects: it differs from one process to the next. A
+    checkpoint finds its stages (their state, their carried residuals) by name, so the
+    runner names each stage by its sorted parts.
+
+    >>> canonical_stage_name("((c)+(ParDo(f)/Process))+(a)")
+    '((ParDo(f)/Process)+(a))+(c)'
+    >>> canonical_stage_name("GroupByKey/Read")
+    'GroupByKey/Read'
+    """
+    parts = sorted(_stage_name_parts(name))
+    canonical = parts[0]
+    for part in parts[1:]:
+        canonical = f"({canonical})+({part})"
+    return canonical
+
+
+def _stage_name_parts(name: str) -> List[str]:
+    if not name.startswith("("):
+        return [name]
+    depth = 0
+    for position, character in enumerate(name):
+        depth += {"(": 1, ")": -1}.get(character, 0)
+        if depth == 0:
+            if name[position + 1:position + 3] == "+(" and name.endswith(")"):
+                return (_stage_name_parts(name[1:position])
+                        + _stage_name_parts(name[position + 3:-1]))
+            break
+    return [name]
+
+
 def par_do_payload(transform) -> beam_runner_api_pb2.ParDoPayload:
     """A ParDo transform's payload."""
     return proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
@@ -217,7 +251,7 @@ class _PlanBuilder:
                 self._note_group(buffer_id)
                 transform.spec.payload = self._port(pcollection_id)
             transforms.append(transform)
-        name = stage.name
+        name = canonical_stage_name(stage.name)
         test_streams = [t for t in transforms
                         if t.spec.urn == common_urns.primitives.TEST_STREAM.urn]
         if test_streams:
