@@ -33,10 +33,10 @@ the true per-record percentiles. The ``estimate`` spreads a pane's records evenl
 its oldest and newest produce time (the producer's rate is constant). ``pane_latency`` is
 per pane, unweighted. Target: p50 <= batch interval + 500 ms.
 
-The source is read with ``--seconds-per-bundle`` 0.25 and ``--poll-timeout`` 0.05 rather
-than ``ReadFromKafka``'s defaults (1 s, 0.5 s): a partition is read until it is caught up
-(an empty poll) or for that long per batch, and the partitions share the two task slots, so
-the defaults alone would add up to two seconds to every batch while records keep coming.
+On the SparkRunner the source's reads are planned (``transforms/kafka/planning.py``): each
+batch reads, per partition, exactly the offsets the driver saw at its start, without
+waiting on polls. ``--seconds-per-bundle`` and ``--poll-timeout`` apply where the source runs
+as a plain splittable DoFn (other runners); ``--records-per-bundle`` caps each fetch.
 
 Throughput: records the job read (``source_elements`` of the per-batch report) from the
 first record's production until the end of production, over that time; when it falls
@@ -209,6 +209,9 @@ class PaneConsumer(threading.Thread):
         super().__init__(name="bench-pane-consumer", daemon=True)
         from kafka import KafkaConsumer, TopicPartition
 
+        from transforms.kafka.polling import poll_records
+
+        self._poll = poll_records
         # A short fetch wait, so the consumer's own long-poll does not add to the latency.
         self._consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
                                        fetch_max_wait_ms=20)
@@ -227,7 +230,7 @@ class PaneConsumer(threading.Thread):
     def run(self) -> None:
         try:
             while not self.halt.is_set():
-                for records in self._consumer.poll(timeout_ms=100).values():
+                for records in self._poll(self._consumer, 0.1, stop=self.halt).values():
                     seen = time.time()
                     self.panes.extend((seen, json.loads(record.value)) for record in records)
         finally:

@@ -122,6 +122,8 @@ class ReadKafkaEvents(beam.PTransform):
         bounded: bool = False,
         idle_timeout_seconds: Optional[float] = 10.0,
         dead_letter_topic: Optional[str] = None,
+        batch_max_records: Optional[int] = None,
+        batch_max_records_per_partition: Optional[int] = None,
         label: Optional[str] = None,
     ) -> None:
         super().__init__(label)
@@ -130,9 +132,12 @@ class ReadKafkaEvents(beam.PTransform):
             bootstrap_servers, topic, start=start, group_id=group_id, value_decoder=utf8,
             key_decoder=None, timestamp_fn=event_time_of, bounded=bounded,
             max_records=max_records, idle_timeout_seconds=idle_timeout_seconds,
-            # Short reads: a micro-batch waits for its slowest partition read, and the
-            # defaults (1 s per bundle, 0.5 s polls) add ~2 s to every batch on 2 cores.
-            seconds_per_bundle=0.25, poll_timeout_seconds=0.05)
+            # Short reads where the runner does not plan batches (a micro-batch there waits
+            # for its slowest partition read; the defaults, 1 s per bundle and 0.5 s polls,
+            # add ~2 s to every batch on 2 cores).
+            seconds_per_bundle=0.25, poll_timeout_seconds=0.05,
+            batch_max_records=batch_max_records,
+            batch_max_records_per_partition=batch_max_records_per_partition)
         self._parse = ParseJson(event_type)
         self._dead_letter_writers = None
         if dead_letter_topic is not None:
@@ -177,12 +182,14 @@ def pane_json(record: dict) -> bytes:
 
 
 class WritePanesToKafka(beam.PTransform):
-    """Write described panes to ``topic`` as JSON, keyed by the pane's key (see module doc)."""
+    """Write described panes to ``topic`` as JSON, keyed by the pane's key (see module doc);
+    ``exactly_once``: in Kafka transactions (:mod:`transforms.kafka.transactions`)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, label: Optional[str] = None) -> None:
+    def __init__(self, bootstrap_servers: str, topic: str, exactly_once: bool = False,
+                 label: Optional[str] = None) -> None:
         super().__init__(label)
         self._write = WriteToKafka(bootstrap_servers, topic, key_fn=pane_key,
-                                   value_serializer=pane_json)
+                                   value_serializer=pane_json, exactly_once=exactly_once)
 
     def expand(self, described):
         return described | "Write" >> self._write

@@ -18,6 +18,7 @@ import time
 from typing import List, Optional, Sequence
 
 from pipelines.generator import generate
+from transforms.kafka.polling import poll_records
 
 
 class Producer(threading.Thread):
@@ -79,7 +80,7 @@ class PaneReader(threading.Thread):
     def run(self) -> None:
         try:
             while not self._halt.is_set():
-                for records in self._consumer.poll(timeout_ms=200).values():
+                for records in poll_records(self._consumer, 0.2, stop=self._halt).values():
                     now = time.time()
                     panes = [(now, json.loads(record.value)) for record in records]
                     with self._lock:
@@ -119,7 +120,7 @@ def count_records(servers: str, topic: str) -> int:
         consumer.seek_to_beginning(*partitions)
         count, deadline = 0, time.monotonic() + 10
         while time.monotonic() < deadline:
-            batch = consumer.poll(timeout_ms=300)
+            batch = poll_records(consumer, 0.3)
             count += sum(len(records) for records in batch.values())
             if not batch and all(consumer.highwater(tp) is not None
                                  and consumer.position(tp) >= consumer.highwater(tp)

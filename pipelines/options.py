@@ -178,6 +178,17 @@ def job_parser(
     kafka.add_argument("--idle_timeout_seconds", type=positive_seconds, default=10.0,
                        help="a partition with nothing new for this long stops holding the "
                        "watermark back (default: 10)")
+    kafka.add_argument("--batch_max_records", type=positive_int, metavar="N",
+                       help="SparkRunner streaming: read at most N records a micro-batch, in "
+                       "all partitions (default: what the log holds)")
+    kafka.add_argument("--batch_max_records_per_partition", type=positive_int, metavar="N",
+                       help="SparkRunner streaming: at most N records of each partition a "
+                       "micro-batch (default: what the log holds)")
+    kafka.add_argument("--exactly_once", action="store_true",
+                       help="write --output_topic in Kafka transactions, each micro-batch's "
+                       "panes once even after a crash (read it read_committed; needs a broker "
+                       "with transactions, and --checkpoint_dir to resume; default: "
+                       "at-least-once)")
 
     model = parser.add_argument_group("windows and triggers")
     model.add_argument("--window_seconds", type=positive_seconds, default=float(window_seconds),
@@ -242,13 +253,15 @@ def _check_input(parser: argparse.ArgumentParser, pattern: str) -> None:
 
 
 _KAFKA_OPTIONS = ("bootstrap_servers", "input_topic", "output_topic", "dead_letter_topic",
-                  "group_id", "max_records")
+                  "group_id", "max_records", "batch_max_records",
+                  "batch_max_records_per_partition")
 
 
 def _check_kafka(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.source != "kafka":
         given = [f"--{name}" for name in _KAFKA_OPTIONS if getattr(args, name) is not None]
         given += ["--bounded"] if args.bounded else []
+        given += ["--exactly_once"] if args.exactly_once else []
         if given:
             parser.error(f"{', '.join(given)}: Kafka options need --source kafka")
         return
@@ -258,6 +271,8 @@ def _check_kafka(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--input is read by --source file or replay, not by --source kafka")
     if args.start == "committed" and not args.group_id:
         parser.error("--start committed reads a consumer group's offsets: pass --group_id")
+    if args.exactly_once and not args.output_topic:
+        parser.error("--exactly_once is how --output_topic is written: pass --output_topic")
     try:
         from transforms.kafka.config import servers_list
 

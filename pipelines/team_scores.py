@@ -115,7 +115,8 @@ def _events_reader(args) -> beam.PTransform:
             GameEvent, args.bootstrap_servers, args.input_topic, start=args.start,
             group_id=args.group_id, max_records=args.max_records, bounded=args.bounded,
             idle_timeout_seconds=args.idle_timeout_seconds,
-            dead_letter_topic=args.dead_letter_topic)
+            dead_letter_topic=args.dead_letter_topic, batch_max_records=args.batch_max_records,
+            batch_max_records_per_partition=args.batch_max_records_per_partition)
     return ReadEvents(
         GameEvent, kind="game", source=args.source, input=args.input, format=args.format,
         csv_columns=args.csv_columns, events=args.events, seed=args.seed,
@@ -136,7 +137,8 @@ def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
         events = pipeline | "ReadEvents" >> events_reader
         team_scores = TeamScores(args.window_seconds, args.early_seconds, args.allowed_lateness)
         scores = events.parsed | "TeamScores" >> team_scores
-        panes_to_kafka = (WritePanesToKafka(args.bootstrap_servers, args.output_topic)
+        panes_to_kafka = (WritePanesToKafka(args.bootstrap_servers, args.output_topic,
+                                            exactly_once=args.exactly_once)
                           if args.source == "kafka" and args.output_topic else None)
     except (ValueError, TypeError) as error:
         parser.error(str(error))

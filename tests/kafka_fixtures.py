@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import pytest
 
 from runners.broker import KINDS, EmbeddedBroker
+from transforms.kafka.polling import poll_records
 
 SESSION_TIMEOUT_MS = int(os.environ.get("KAFKA_SESSION_TIMEOUT_MS", "6000"))
 
@@ -140,7 +141,7 @@ class KafkaTestHelper:
             records = []
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
-                batch = consumer.poll(timeout_ms=300)
+                batch = poll_records(consumer, 0.3)
                 for tp_records in batch.values():
                     records.extend(tp_records)
                 if expected is not None and len(records) >= expected:

@@ -48,7 +48,7 @@ def test_kafka_windowed_sum_across_batches(make_pipeline, kafka, tmp_path):
     read = pipeline | ReadFromKafka(
         kafka.bootstrap_servers, topic, group_id=group, bounded=True,
         key_decoder=utf8, value_decoder=lambda value: int(value.decode()),
-        records_per_bundle=3, idle_timeout_seconds=None)
+        batch_max_records_per_partition=3, idle_timeout_seconds=None)
     _ = (read.records
          | beam.WindowInto(window.FixedWindows(10), trigger=trigger.AfterWatermark(),
                            accumulation_mode=trigger.AccumulationMode.DISCARDING)
@@ -69,8 +69,8 @@ def test_kafka_windowed_sum_across_batches(make_pipeline, kafka, tmp_path):
     assert sorted((pane["start"], pane["sum"], pane["timing"]) for pane in panes) == sorted(
         (start, total, "ON_TIME") for start, total in expected.items())
 
-    # Read over several batches (3 records per partition a call), the source's watermark
-    # advancing batch by batch before it reaches the end.
+    # Read over several batches (3 records per partition a batch, as planned by the driver),
+    # the source's watermark advancing batch by batch before it reaches the end.
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert len(lines) >= 4
     assert sum(line["source_elements"] for line in lines) == len(produced)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from kafka_fixtures import bootstrap_servers, kafka, kafka_broker  # noqa: F401  (fixtures)
 from runners.broker import free_loopback_port
+from transforms.kafka.polling import poll_records
 from transforms.kafka import (
     ReadFromKafka,
     WriteDeadLettersToKafka,
@@ -35,6 +38,41 @@ def test_write_keyed_records_with_event_time_and_read_them_back(make_pipeline, k
     for record in records:
         partitions_of.setdefault(record.key, set()).add(record.partition)
     assert all(len(partitions) == 1 for partitions in partitions_of.values()), partitions_of
+
+
+def test_exactly_once_writes_committed_records_or_refuses_a_broker_without_isolation(
+        make_pipeline, kafka, kafka_broker_kind):
+    topic = kafka.create_topic(partitions=1)
+    values = [f"v{number}".encode() for number in range(5)]
+
+    def write():
+        with make_pipeline() as p:
+            _ = p | beam.Create(values) | WriteToKafka(kafka.bootstrap_servers, topic,
+                                                       exactly_once=True)
+
+    if kafka_broker_kind == "tansu":  # it shows aborted records to read-committed readers
+        with pytest.raises(Exception) as failure:
+            write()
+        message = _error_text(failure.value)
+        assert "needs Kafka transactions" in message and "does not give them" in message, message
+        assert "at-least-once" in message, message
+        return
+    write()
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap_servers,
+                             enable_auto_commit=False, isolation_level="read_committed")
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        seen, deadline = [], time.monotonic() + 20
+        while len(seen) < len(values) and time.monotonic() < deadline:
+            for records in poll_records(consumer, 0.5).values():
+                seen.extend(record.value for record in records)
+    finally:
+        consumer.close()
+    assert sorted(seen) == sorted(values)
 
 
 def test_a_value_without_a_serializer_fails_the_job_naming_the_fix(make_pipeline, kafka):

@@ -32,6 +32,8 @@ from typing import Dict, List, Tuple
 
 import pytest
 
+from transforms.kafka.polling import poll_records
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 PARTITIONS = 4
@@ -106,7 +108,7 @@ class _Panes:
         self.panes: List[dict] = []
 
     def poll(self) -> None:
-        for records in self._consumer.poll(timeout_ms=500).values():
+        for records in poll_records(self._consumer, 0.5).values():
             self.panes.extend(json.loads(record.value) for record in records)
 
     def close(self) -> None:

@@ -12,6 +12,8 @@ The runner's other modules import Beam internals from here only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import apache_beam
 
 #: The Beam minor version whose internals this runner was written and tested against.
@@ -90,6 +92,17 @@ from apache_beam.transforms.trigger import (  # noqa: E402
 )
 from apache_beam.utils import proto_utils  # noqa: E402
 
+
+
+def unpickle_dofn(payload: "beam_runner_api_pb2.ParDoPayload") -> Any:
+    """The user's DoFn object of a ParDo payload (as ``ParDo.from_runner_api_parameter``
+    unpickles it)."""
+    from apache_beam.internal import pickler
+    from apache_beam.transforms.core import DoFnInfo
+
+    fn, _, _, _, _ = pickler.loads(
+        DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data())
+    return fn
 
 
 def user_state_cells(servicer: StateServicer) -> "dict[bytes, list[bytes]]":

@@ -15,6 +15,7 @@ handed back instead, for the next micro-batch (:mod:`runners.spark.streaming.unb
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -37,6 +38,7 @@ from runners.spark.beam_internals import (
     beam_fn_api_pb2,
     create_OutputStream,
 )
+from runners.spark.bundle_names import BundleNamer
 from runners.spark.components import SharedComponents, iter_encoded
 from runners.spark.errors import TaskFailure
 from runners.spark.metrics import pack
@@ -67,10 +69,12 @@ class StageTask:
       bundle_size: at most this many elements per bundle; None for one bundle per partition.
       descriptor: the stage's descriptor broadcast, when it is too large to ship with every
         task (``stage.descriptor`` is then left empty).
+      namer: names the task's bundles (:mod:`runners.spark.bundle_names`), or None.
     """
 
     def __init__(self, stage: StageSpec, components: SharedComponents, side_inputs: Any,
-                 metrics: Any, bundle_size: Optional[int], descriptor: Any = None) -> None:
+                 metrics: Any, bundle_size: Optional[int], descriptor: Any = None,
+                 namer: Optional[BundleNamer] = None) -> None:
         self.digest = hashlib.sha256(stage.descriptor).hexdigest()
         self.stage = stage if descriptor is None else dataclasses.replace(stage, descriptor=b"")
         self.components = components
@@ -78,6 +82,7 @@ class StageTask:
         self.metrics = metrics
         self.bundle_size = bundle_size
         self._descriptor = descriptor
+        self.namer = namer
 
     def descriptor(self) -> bytes:
         return self.stage.descriptor if self._descriptor is None else self._descriptor.value
@@ -124,7 +129,8 @@ class StageProcessor:
         )
 
     def run_bundle(self, data: Dict[str, List[bytes]], timers: Dict[TimerKey, List[bytes]],
-                   finalizations: Optional[List[Any]] = None):
+                   finalizations: Optional[List[Any]] = None,
+                   namer: Optional[BundleNamer] = None):
         """Process one bundle; returns (outputs by transform, timers set, residuals, metrics).
 
         With a ``finalizations`` list, the bundle's finalization callbacks are appended to
@@ -142,7 +148,8 @@ class StageProcessor:
             for timer in encoded:
                 stream.write(timer)
             stream.close()
-        with self.caching_state.process_instruction_id(bundle_id, []):
+        named = namer.bundle() if namer is not None else contextlib.nullcontext()
+        with named, self.caching_state.process_instruction_id(bundle_id, []):
             residuals, needs_finalization = self.processor.process_bundle(bundle_id)
         outputs: Dict[str, List[bytes]] = {}
         timers_set: Dict[TimerKey, List[bytes]] = {}
@@ -233,11 +240,11 @@ def process_partition(
     try:
         for bundle in _bundles(task, records, reports):
             for transform_id, chunk in _run_with_residuals(processor, bundle, {}, timers,
-                                                           collected, deferred):
+                                                           collected, deferred, task.namer):
                 yield Elements(output_index[transform_id], chunk)
         while timers:
             for transform_id, chunk in _run_with_residuals(processor, {}, timers.due(), timers,
-                                                           collected, deferred):
+                                                           collected, deferred, task.namer):
                 yield Elements(output_index[transform_id], chunk)
     except TaskFailure:  # an upstream stage, pipelined into this task, failed
         processor.processor.shutdown()
@@ -264,10 +271,10 @@ class DeferredWork:
         self.monitoring_infos: List[Any] = []  # of every bundle run (element counts...)
 
 
-def _run_with_residuals(processor, data, fired, timers, collected, deferred=None):
+def _run_with_residuals(processor, data, fired, timers, collected, deferred=None, namer=None):
     while True:
         outputs, timers_set, residuals, infos = processor.run_bundle(
-            data, fired, None if deferred is None else deferred.finalizations)
+            data, fired, None if deferred is None else deferred.finalizations, namer)
         collected.extend(infos)
         timers.add(timers_set)
         for transform_id, chunks in outputs.items():

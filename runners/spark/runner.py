@@ -49,6 +49,11 @@ class SparkRunner(PipelineRunner):
     ...     assert_that(counts, equal_to([("a", 2), ("b", 1)]))
     """
 
+    #: In streaming, a splittable DoFn that offers ``plan_micro_batch`` is asked for each
+    #: batch's work by the driver (:mod:`runners.spark.streaming.planned_sources`); sources
+    #: may check this when the pipeline is built.
+    plans_micro_batches = True
+
     def __init__(self, spark: Optional[Any] = None) -> None:
         super().__init__()
         self._spark_context = getattr(spark, "sparkContext", spark)

@@ -28,11 +28,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
+import uuid
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from runners.spark import shuffle
 from runners.spark import side_inputs as side_input_tables
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER
+from runners.spark.bundle_names import BundleNamer
 from runners.spark.bundles import StageTask, process_partition
 from runners.spark.components import SharedComponents
 from runners.spark.planning import (
@@ -73,6 +75,9 @@ class RunContext:
     components: Optional[SharedComponents] = None
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
     jobs: int = 0  # Spark jobs this run started
+    #: the run's name in its bundles' names (stable across a restart from a checkpoint)
+    run_name: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
+    batch: int = 0  # the micro-batch being built (0 in batch)
     _descriptors: Dict[int, Any] = dataclasses.field(default_factory=dict)
 
     def start(self) -> None:
@@ -95,7 +100,7 @@ class RunContext:
                 self._descriptors[stage.index] = self.spark_context.broadcast(stage.descriptor)
             descriptor = self._descriptors[stage.index]
         return StageTask(stage, self.components, side_inputs, self.metrics, self.bundle_size,
-                         descriptor)
+                         descriptor, BundleNamer(self.run_name, self.batch, stage.name))
 
     def release(self) -> None:
         for broadcast in self._descriptors.values():

@@ -87,6 +87,10 @@ class ReaderConfig(NamedTuple):
     records_per_bundle: int
     seconds_per_bundle: float
     poll_timeout_seconds: float
+    batch_max_records: Optional[int] = None
+    batch_max_records_per_partition: Optional[int] = None
+    #: set when the pipeline is built: its runner plans micro-batches (see planning.py)
+    planned: bool = False
 
     @property
     def is_bounded(self) -> bool:
@@ -126,6 +130,10 @@ class ReaderConfig(NamedTuple):
         _positive(arguments["records_per_bundle"], "records_per_bundle", integral=True)
         _positive(arguments["seconds_per_bundle"], "seconds_per_bundle")
         _positive(arguments["poll_timeout_seconds"], "poll_timeout_seconds")
+        _positive(arguments.get("batch_max_records"), "batch_max_records", allow_none=True,
+                  integral=True)
+        _positive(arguments.get("batch_max_records_per_partition"),
+                  "batch_max_records_per_partition", allow_none=True, integral=True)
         return cls(**arguments)
 
 

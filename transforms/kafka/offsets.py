@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from transforms.kafka.polling import poll_records
+
 __all__ = [
     "KafkaUnavailableError",
     "unavailable_message",
@@ -98,7 +100,7 @@ def _fetch_until(consumer, partitions: List, done) -> Dict:
     records: Dict = {tp: [] for tp in partitions}
     deadline = time.monotonic() + LOOKUP_TIMEOUT_SECONDS
     while not done(records) and time.monotonic() < deadline:
-        for tp, batch in consumer.poll(timeout_ms=200).items():
+        for tp, batch in poll_records(consumer, 0.2).items():
             records[tp].extend(batch)
     return records
 

@@ -53,7 +53,9 @@ from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorP
 from apache_beam.utils.timestamp import Duration
 
 from transforms.kafka import offsets as kafka_offsets
+from transforms.kafka import planning as kafka_planning
 from transforms.kafka.config import ReaderConfig
+from transforms.kafka.polling import poll_records
 from transforms.kafka.records import KafkaDeadLetter, decode_record, event_time_seconds
 from transforms.kafka.watermark import PartitionWatermarkEstimatorProvider
 
@@ -69,12 +71,19 @@ UNBOUNDED_END = 2**63 - 1
 
 
 class PartitionRange(NamedTuple):
-    """What one partition's restriction starts from: resolved once, when the job starts."""
+    """What one partition's restriction starts from: resolved once, when the job starts.
+
+    On a runner that plans micro-batches, the plan of the current batch rides along: read up
+    to ``planned_end`` (exclusive), then hand the rest back (``caught_up``: that is the end
+    of the log as the plan saw it, so the partition's idle clock may start).
+    """
 
     topic: str
     partition: int
     start_offset: int
     stop_offset: Optional[int]  # None: unbounded
+    planned_end: Optional[int] = None
+    caught_up: bool = False
 
 
 class _ResolvePartitions(beam.DoFn):
@@ -111,7 +120,10 @@ class _ResolvePartitions(beam.DoFn):
                 stop = max(first, ends[tp])
             if config.max_records is not None:
                 stop = first + config.max_records if stop is None else min(stop, first + config.max_records)
-            yield PartitionRange(tp.topic, tp.partition, first, stop)
+            # On a runner that plans micro-batches, read nothing until the driver planned a
+            # range: every record is then read in a batch whose plan was logged first.
+            planned_end = first if config.planned else None
+            yield PartitionRange(tp.topic, tp.partition, first, stop, planned_end)
 
 
 class _OffsetRangeProvider(RestrictionProvider):
@@ -155,9 +167,29 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
     def setup(self) -> None:
         self._consumer = None
         self._committed = {}
+        self._planner = None
+
+    # ----- micro-batch planning (driver side): see transforms/kafka/planning.py
+    def plan_micro_batch(self, work):
+        """``[(PartitionRange, OffsetRange)]`` of this batch -> elements with their plan."""
+        if getattr(self, "_planner", None) is None:
+            self._planner = kafka_planning.BatchPlanner(self._config)
+        return self._planner.plan(work)
+
+    def micro_batch_done(self, elements) -> None:
+        """The batch's output is written: commit what it read to the group (monitoring)."""
+        if getattr(self, "_planner", None) is not None:
+            self._planner.done(elements)
+
+    def close_micro_batches(self) -> None:
+        """The run is over: close the planner's clients."""
+        if getattr(self, "_planner", None) is not None:
+            self._planner.close()
+            self._planner = None
 
     def _client(self):
-        # Created on the worker, never pickled; one per DoFn instance, reassigned per call.
+        # Created on the worker, never pickled; it lives for one bundle (or one commit), so
+        # no client is left behind between bundles to reconnect to a broker that went away.
         if self._consumer is None:
             config = self._config
             self._consumer = kafka_offsets.create_consumer(
@@ -165,11 +197,7 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
         return self._consumer
 
     def teardown(self) -> None:
-        if self._consumer is not None:
-            try:
-                self._consumer.close(autocommit=False)
-            finally:
-                self._consumer = None
+        self._close_client()
 
     def _commit(self, tp, next_offset: int) -> None:
         """Commit ``next_offset`` (Kafka's convention: the next offset to read) for the group."""
@@ -185,6 +213,9 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
             _LOG.warning("could not commit offset %d of %s for group %s (will retry on the next "
                          "bundle; records may be re-read after a restart): %s",
                          next_offset, tp, self._config.group_id, error)
+        finally:
+            if not getattr(self, "_in_bundle", False):  # a finalization, after the bundle
+                self._close_client()
 
     def process(
         self,
@@ -199,6 +230,11 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
 
         config = self._config
         tp = TopicPartition(element.topic, element.partition)
+        if element.planned_end is not None:
+            yield from kafka_planning.read_planned(
+                self._client, self._close_client, element, tp, tracker, watermark_estimator,
+                self._to_output, config.poll_timeout_seconds, config.records_per_bundle)
+            return
         start = tracker.current_restriction().start
         if start > element.start_offset:
             # A resumed remainder: everything before `start` was output by a committed bundle.
@@ -213,10 +249,8 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
         while not finished:
             stop = tracker.current_restriction().stop
             try:
-                batch = consumer.poll(
-                    timeout_ms=int(config.poll_timeout_seconds * 1000),
-                    max_records=config.records_per_bundle - emitted,
-                ).get(tp, [])
+                batch = poll_records(consumer, config.poll_timeout_seconds,
+                                     max_records=config.records_per_bundle - emitted).get(tp, [])
             except KafkaError as error:
                 # A broker restart or a leader move: resume this partition from the same
                 # offset in a later call instead of failing the job.
@@ -251,6 +285,20 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
         if next_offset is not None and config.group_id is not None:
             if isinstance(bundle_finalizer, beam.DoFn.BundleFinalizerParam):
                 bundle_finalizer.register(lambda: self._commit(tp, next_offset))
+
+    def start_bundle(self) -> None:
+        self._in_bundle = True
+
+    def finish_bundle(self) -> None:
+        self._in_bundle = False
+        self._close_client()
+
+    def _close_client(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close(autocommit=False)
+            finally:
+                self._consumer = None
 
     def _to_output(self, record, watermark_estimator):
         config = self._config
@@ -323,6 +371,11 @@ class ReadFromKafka(beam.PTransform):
       consumer_config: extra kafka-python ``KafkaConsumer`` settings (security, timeouts...).
       records_per_bundle, seconds_per_bundle: a partition self-checkpoints after this many
         records or seconds, bounding the work re-done after a failure.
+      batch_max_records, batch_max_records_per_partition: on a runner that plans
+        micro-batches (the SparkRunner in streaming, see :mod:`transforms.kafka.planning`),
+        read at most this many records a batch, in all (shared over the partitions in
+        proportion to their backlog) and per partition: a backlog is read over several
+        batches instead of one long one. Default: whatever the log holds.
     """
 
     def __init__(
@@ -343,6 +396,8 @@ class ReadFromKafka(beam.PTransform):
         records_per_bundle: int = 1000,
         seconds_per_bundle: float = 1.0,
         poll_timeout_seconds: float = 0.5,
+        batch_max_records: Optional[int] = None,
+        batch_max_records_per_partition: Optional[int] = None,
         label: Optional[str] = None,
     ) -> None:
         super().__init__(label)
@@ -353,7 +408,8 @@ class ReadFromKafka(beam.PTransform):
             max_records=max_records, idle_timeout_seconds=idle_timeout_seconds,
             consumer_config=consumer_config, committed_fallback=committed_fallback,
             records_per_bundle=records_per_bundle, seconds_per_bundle=seconds_per_bundle,
-            poll_timeout_seconds=poll_timeout_seconds,
+            poll_timeout_seconds=poll_timeout_seconds, batch_max_records=batch_max_records,
+            batch_max_records_per_partition=batch_max_records_per_partition,
         )
 
     @property
@@ -361,7 +417,14 @@ class ReadFromKafka(beam.PTransform):
         return self._config
 
     def expand(self, pbegin):
+        from apache_beam.options.pipeline_options import StandardOptions
+
         config = self._config
+        pipeline = pbegin.pipeline
+        # A runner that plans micro-batches says so (the SparkRunner, in streaming).
+        planned = (bool(pipeline.options.view_as(StandardOptions).streaming)
+                   and bool(getattr(pipeline.runner, "plans_micro_batches", False)))
+        config = self._config = config._replace(planned=planned)
         reader = _ReadPartitionFn if config.is_bounded else _ReadUnboundedPartitionFn
         return (
             pbegin

@@ -1,4 +1,4 @@
-"""WriteToKafka: a keyed, at-least-once Kafka sink on kafka-python.
+"""WriteToKafka: a keyed Kafka sink on kafka-python, at-least-once or exactly-once.
 
 Each element becomes one Kafka record: ``key_fn(element)`` is its key (records with one key
 go to one partition, so their order is kept), ``value_fn(element)`` its value, both turned
@@ -9,7 +9,9 @@ Delivery: the producer waits for all in-sync replicas (``acks="all"``) and is id
 (kafka-python 3's ``enable_idempotence=True``, so its own retries never duplicate a record).
 Every bundle ends with a flush and a check of every send: a record that could not be written
 fails the bundle with the broker's error, the runner retries the bundle, and nothing is lost
-(a retried bundle may write some records twice: at-least-once).
+(a retried bundle may write some records twice: at-least-once). With ``exactly_once=True``
+each bundle is one Kafka transaction, never committed twice (:mod:`transforms.kafka.
+transactions`).
 
 :class:`WriteDeadLettersToKafka` writes the source's dead letters to a dead-letter topic with
 their original key and bytes, and the reason and origin as headers, ready to be replayed.
@@ -34,6 +36,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 from transforms.kafka.config import check_client_config, servers_list
 from transforms.kafka.offsets import KafkaUnavailableError, unavailable_message
 from transforms.kafka.records import KafkaDeadLetter
+from transforms.kafka.transactions import BundleTransaction
 
 __all__ = ["WriteToKafka", "WriteDeadLettersToKafka", "to_bytes", "json_bytes"]
 
@@ -76,8 +79,13 @@ def _check_callable(function: Any, name: str) -> None:
 
 
 class _WriteFn(beam.DoFn):
+    """Writes each bundle with a producer of its own, flushed and closed at the bundle's end
+    (no client outlives its bundle: none is left reconnecting to a broker that went away);
+    with ``transactional_id``, in one transaction (:mod:`transforms.kafka.transactions`)."""
+
     def __init__(self, servers, topic, key_fn, value_fn, key_serializer, value_serializer,
-                 headers_fn, use_event_time, producer_config) -> None:
+                 headers_fn, use_event_time, producer_config,
+                 transactional_id: Optional[str] = None) -> None:
         self._servers = servers
         self._topic = topic
         self._key_fn = key_fn
@@ -87,14 +95,30 @@ class _WriteFn(beam.DoFn):
         self._headers_fn = headers_fn
         self._use_event_time = use_event_time
         self._producer_config = producer_config
+        self._transactional_id = transactional_id
         self._producer = None
+        self._transaction = None
+        self._skip = False
         self._pending: List = []
         self._written = Metrics.counter(METRICS_NAMESPACE, "records_written")
 
-    def setup(self) -> None:
+    def start_bundle(self) -> None:
+        self._pending = []
+        self._producer = self._transaction = None
+        self._skip = False
+
+    def _open(self) -> None:
         from kafka import KafkaProducer
         from kafka.errors import KafkaConfigurationError, KafkaError
 
+        if self._transactional_id is not None:
+            self._transaction = BundleTransaction(self._servers, self._topic,
+                                                  self._transactional_id, self._producer_config)
+            if self._transaction.begin():
+                self._producer = self._transaction.producer
+            else:
+                self._skip = True  # a replayed bundle its first run committed
+            return
         config = dict(self._producer_config)
         config["acks"] = "all"
         if "enable_idempotence" in KafkaProducer.DEFAULT_CONFIG:
@@ -106,10 +130,11 @@ class _WriteFn(beam.DoFn):
         except (KafkaError, OSError) as error:
             raise KafkaUnavailableError(unavailable_message(self._servers, error)) from error
 
-    def start_bundle(self) -> None:
-        self._pending = []
-
     def process(self, element, timestamp=beam.DoFn.TimestampParam):
+        if self._producer is None and not self._skip:
+            self._open()
+        if self._skip:
+            return
         key = self._key_serializer(self._key_fn(element)) if self._key_fn else None
         value = self._value_serializer(self._value_fn(element))
         headers = list(self._headers_fn(element)) if self._headers_fn else None
@@ -140,14 +165,32 @@ class _WriteFn(beam.DoFn):
         self._written.inc(len(pending))
 
     def finish_bundle(self) -> None:
-        self._settle()
+        if self._producer is None:
+            return
+        try:
+            self._settle()
+            if self._transaction is not None:
+                self._transaction.commit()
+        except BaseException:
+            if self._transaction is not None:
+                self._transaction.abort()
+            raise
+        finally:
+            self._close()
 
     def teardown(self) -> None:
-        if self._producer is not None:
+        if self._transaction is not None:
+            self._transaction.abort()
+        self._close()
+
+    def _close(self) -> None:
+        producer, self._producer = self._producer, None
+        self._transaction = None
+        if producer is not None:
             try:
-                self._producer.close(timeout=10)
-            finally:
-                self._producer = None
+                producer.close(timeout=10)
+            except Exception:  # closed already (a transaction closes its producer)
+                pass
 
 
 class WriteToKafka(beam.PTransform):
@@ -164,6 +207,15 @@ class WriteToKafka(beam.PTransform):
       use_event_time: stamp records with the element's event time (else the producer's clock).
       producer_config: extra kafka-python ``KafkaProducer`` settings (``linger_ms``,
         security...); ``acks`` and idempotence are fixed by the sink.
+      exactly_once: write each bundle in one Kafka transaction, with a marker that keeps a
+        bundle the runner runs again (a retried task, a micro-batch replayed after a crash)
+        from being written twice: read the topic with ``isolation_level="read_committed"``.
+        Needs a broker with transactions (Apache Kafka; the embedded noida broker, not
+        tansu) and, to be exactly once, a runner that names its bundles and replays them
+        with the same input (the SparkRunner; see :mod:`transforms.kafka.transactions`).
+        Default: at-least-once.
+      transactional_id: the prefix of the transactions' ids (default ``beam-<topic>``); two
+        sinks writing at once need different ones.
     """
 
     def __init__(
@@ -177,10 +229,17 @@ class WriteToKafka(beam.PTransform):
         headers_fn: Optional[Callable[[Any], Sequence[Tuple[str, bytes]]]] = None,
         use_event_time: bool = True,
         producer_config: Optional[Dict[str, Any]] = None,
+        exactly_once: bool = False,
+        transactional_id: Optional[str] = None,
         label: Optional[str] = None,
     ) -> None:
         super().__init__(label)
         servers = servers_list(bootstrap_servers)
+        if transactional_id is not None and not exactly_once:
+            raise ValueError("transactional_id is for exactly_once=True: pass both, or neither")
+        if transactional_id is not None and (not isinstance(transactional_id, str)
+                                             or not transactional_id):
+            raise ValueError(f"transactional_id={transactional_id!r}: give a non-empty string")
         if not isinstance(topic, str) or not topic:
             raise ValueError(f"topic={topic!r}: give the name of the topic to write to")
         for function, name in ((key_fn, "key_fn"), (value_fn, "value_fn"),
@@ -190,7 +249,8 @@ class WriteToKafka(beam.PTransform):
         config = check_client_config(producer_config, _RESERVED_PRODUCER_KEYS, "producer_config")
         self._fn = _WriteFn(servers, topic, key_fn, value_fn or _identity,
                             key_serializer or to_bytes, value_serializer or to_bytes,
-                            headers_fn, bool(use_event_time), config)
+                            headers_fn, bool(use_event_time), config,
+                            (transactional_id or f"beam-{topic}") if exactly_once else None)
 
     def expand(self, pcoll):
         return pcoll | "Write" >> beam.ParDo(self._fn)

@@ -87,6 +87,8 @@ CHECKPOINT_VERSION = 2
 MANIFEST = "MANIFEST.json"
 #: The directory of keyed steps' state files, in ``--checkpoint_dir``.
 STATE_DIRECTORY = "state"
+#: The directory of the plans of the batches since the latest checkpoint.
+PLANS_DIRECTORY = "plans"
 DATA = "data.bin"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 _TEMPORARY = ".incomplete-"
@@ -200,6 +202,12 @@ class Checkpoints:
         return self.directory is not None
 
     @property
+    def run_name(self) -> str:
+        """The run's name, the same for every driver that resumes from this directory."""
+        digest = hashlib.sha256(f"{self.directory}\n{self.fingerprint}".encode("utf-8"))
+        return digest.hexdigest()[:16]
+
+    @property
     def state_directory(self) -> Optional[str]:
         """Where keyed steps write their state files (None without checkpoints)."""
         return os.path.join(self.directory, STATE_DIRECTORY) if self.directory else None
@@ -285,6 +293,56 @@ class Checkpoints:
                                   f"manifest's digest): {self._what_to_do()}")
         return _PlainUnpickler(io.BytesIO(data)).load()
 
+    # ----- the plan of each batch, logged before it runs
+    def log_plan(self, batch: int, clock: float, residuals: bytes,
+                 stage_names: Dict[int, str]) -> None:
+        """Log what batch ``batch`` (0-based) reads before it runs: its clock and the
+        residuals (with their planned ranges) of the sources that plan their batches. A
+        driver resuming from an earlier checkpoint replays it exactly (:meth:`logged_plan`)."""
+        if not self.enabled:
+            return
+        directory = os.path.join(self.directory, PLANS_DIRECTORY)
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"batch-{batch:08d}.json")
+        entry = {"format": FORMAT, "version": CHECKPOINT_VERSION, "batch": batch,
+                 "clock": clock, "fingerprint": self.fingerprint,
+                 "stage_names": {str(index): name for index, name in stage_names.items()},
+                 "residuals": residuals.decode("utf-8")}
+        _write_synced(path + ".tmp", json.dumps(entry, sort_keys=True).encode("utf-8"))
+        os.replace(path + ".tmp", path)
+
+    def logged_plan(self, batch: int) -> Optional[Tuple[float, bytes]]:
+        """(clock, residuals re-keyed to this driver's stages) of a batch logged by an
+        earlier driver and not covered by the checkpoint it resumed from; None if none."""
+        if not self.enabled:
+            return None
+        path = os.path.join(self.directory, PLANS_DIRECTORY, f"batch-{batch:08d}.json")
+        try:
+            with open(path, encoding="utf-8") as file:
+                entry = json.load(file)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as error:
+            raise CheckpointError(f"the plan of batch {batch} in {path} is unreadable "
+                                  f"({error}): {self._what_to_do()}") from error
+        if entry.get("fingerprint") != self.fingerprint:
+            raise CheckpointMismatchError(f"the plan of batch {batch} in {path} was logged by "
+                                          f"another pipeline: {self._what_to_do()}")
+        names = {int(index): name for index, name in entry["stage_names"].items()}
+        residuals = _reindexed_residuals(entry["residuals"].encode("utf-8"), names,
+                                         {stage.name: stage.index for stage in self.plan.stages})
+        return entry["clock"], residuals
+
+    def _prune_plans(self, batch: int) -> None:
+        """Forget the plans of batches a checkpoint covers."""
+        directory = os.path.join(self.directory, PLANS_DIRECTORY)
+        if not os.path.isdir(directory):
+            return
+        for name in os.listdir(directory):
+            match = re.match(r"^batch-(\d+)\.json$", name)
+            if match and int(match.group(1)) < batch:
+                os.remove(os.path.join(directory, name))
+
     # ----- write
     def write(self, execution: Any, sources: List[Any], clock: float,
               written: Dict[str, Tuple[str, int]]) -> str:
@@ -333,6 +391,7 @@ class Checkpoints:
             step.chain = chains[step.name]
         self.written_batch = batch
         self._prune_state_files(state)
+        self._prune_plans(batch)
         self._report(execution, len(data))
         _LOGGER.info("streaming: checkpoint of batch %d written to %s (driver data %d bytes; "
                      "state files %s)", batch, path, len(data),

@@ -46,6 +46,7 @@ from runners.spark.streaming.batch_report import BatchReporter
 from runners.spark.streaming.checkpoint import Checkpoints
 from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch, checkpoint_partition
 from runners.spark.streaming.micro_batch import Round, RoundGraph, StreamingState
+from runners.spark.streaming.planned_sources import PlannedSources
 from runners.spark.streaming.state import processing_micros
 from runners.spark.streaming.state_store import VersionPlan
 from runners.spark.streaming.test_stream import TestStreamSource
@@ -91,6 +92,7 @@ class StreamingExecution:
         self.state: Optional[StreamingState] = None
         self.batches = 0
         self._state_root: Optional[str] = None
+        self._planned: Optional[PlannedSources] = None
 
     @property
     def plan(self) -> ExecutionPlan:
@@ -107,9 +109,12 @@ class StreamingExecution:
     def run(self) -> None:
         self.context.start()
         checkpoints = Checkpoints(self.checkpoint_dir, self.checkpoint_interval, self.plan)
+        if checkpoints.enabled:  # a restart from the checkpoint names its bundles as before
+            self.context.run_name = checkpoints.run_name
         self._state_root = tempfile.mkdtemp(prefix="beam-spark-state-")
         self.state = StreamingState.create(self.context, self._state_root,
                                            checkpoints.state_directory)
+        self._planned = PlannedSources(self.plan, self.context.components)
         sources = [TestStreamSource(stage, self.context.components)
                    for stage in self.plan.stages if stage.kind == TEST_STREAM_STAGE]
         # A TestStream's clock starts at 0 and moves only with its events, as the
@@ -130,14 +135,18 @@ class StreamingExecution:
                     chunks.setdefault(buffer_id, []).extend(buffer_chunks)
                 advance = max(advance, advanced_by)
             clock = clock + advance if sources else time.time()
+            clock = self._plan_sources(checkpoints, clock)
             for source in sources:
                 for tag, buffer_id in source.buffers.items():
                     state.watermarks.sources[buffer_id] = source.watermarks[tag]
             checkpoint = checkpoints.is_due(self.batches + 1)
+            self.context.batch = self.batches
             jobs_before = self.context.jobs + state.residuals.jobs
             rounds, written = self._run_batch(chunks, clock, checkpoint, settle)
-            # The batch's output is written: its bundles' finalizations run.
+            # The batch's output is written: its bundles' finalizations run, and sources
+            # that plan their batches hear that it is.
             state.residuals.finalize()
+            self._planned.done()
             delivered = _test_stream_elements(sources, chunks) + sum(
                 state.residuals.elements.values())
             if checkpoint:
@@ -162,6 +171,27 @@ class StreamingExecution:
                 time.sleep(max(0.0, self.batch_interval - (time.time() - batch_started)))
         if checkpoints.enabled and checkpoints.written_batch != self.batches:
             checkpoints.write(self, sources, clock, self._checkpoint_files({}))
+
+    def _plan_sources(self, checkpoints: Checkpoints, clock: float) -> float:
+        """Plan what the sources that plan their batches read in this one (Kafka: an offset
+        range per partition), and log it before the batch runs; a batch an earlier driver
+        logged and no checkpoint covers is replayed as it was (its plan and its clock).
+        Returns the batch's clock."""
+        if not self._planned:
+            return clock
+        state = self.state
+        logged = checkpoints.logged_plan(self.batches)
+        if logged is not None:
+            clock, residuals = logged
+            state.residuals.restore(residuals, replace_all=False)
+            _LOGGER.info("streaming: replaying batch %d as it was planned before the restart",
+                         self.batches)
+            return clock
+        self._planned.plan(state.residuals, clock)
+        checkpoints.log_plan(self.batches, clock,
+                             state.residuals.snapshot(self._planned.stage_indexes()),
+                             {stage.index: stage.name for stage in self.plan.stages})
+        return clock
 
     def _run_batch(self, chunks: Dict[bytes, List[bytes]], clock: float, checkpoint: bool,
                    settle: bool) -> Tuple[int, Dict[str, Tuple[str, int]]]:
@@ -236,6 +266,8 @@ class StreamingExecution:
         return added
 
     def release(self) -> None:
+        if self._planned is not None:
+            self._planned.close()
         self.context.release()
         if self._state_root is not None:
             shutil.rmtree(self._state_root, ignore_errors=True)

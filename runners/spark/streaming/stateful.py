@@ -76,13 +76,15 @@ def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: in
             if data:
                 data = {transform_id: list(join_chunks(iter(pieces)))
                         for transform_id, pieces in data.items()}
-                outputs.extend(_run(processor, data, {}, timers, collected, output_index))
+                outputs.extend(_run(processor, data, {}, timers, collected, output_index,
+                                    task.namer))
             if batch.process:
                 for _ in range(MAX_TIMER_ROUNDS):
                     due = timers.take_due(times.input_after, times.processing_time)
                     if not due:
                         break
-                    outputs.extend(_run(processor, {}, due, timers, collected, output_index))
+                    outputs.extend(_run(processor, {}, due, timers, collected, output_index,
+                                        task.namer))
                 else:
                     raise RuntimeError(
                         f"timers of stage {stage.name!r} kept firing for {MAX_TIMER_ROUNDS} "
@@ -127,11 +129,11 @@ def _cells_by_key(cells: Dict[bytes, List[bytes]]) -> Dict[bytes, Dict[bytes, Li
     return grouped
 
 
-def _run(processor, data, fired, timers: PendingTimers, collected, output_index):
+def _run(processor, data, fired, timers: PendingTimers, collected, output_index, namer=None):
     """One bundle (and its bounded residuals); returns (output index, chunk) pairs."""
     results = []
     while True:
-        outputs, timers_set, residuals, infos = processor.run_bundle(data, fired)
+        outputs, timers_set, residuals, infos = processor.run_bundle(data, fired, None, namer)
         collected.extend(infos)
         timers.add(timers_set)
         for transform_id, chunks in outputs.items():

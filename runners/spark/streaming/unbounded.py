@@ -228,25 +228,32 @@ class CarriedResiduals:
         return len(missed)
 
     # ----- checkpoints
-    def snapshot(self) -> bytes:
-        """The carried residuals as versioned JSON (finalization callbacks are not kept)."""
+    def snapshot(self, stages: Optional[List[int]] = None) -> bytes:
+        """The carried residuals (of these stage indexes; default: all) as versioned JSON
+        (finalization callbacks are not kept)."""
         stages = {str(index): [
             [r.input_index, base64.b64encode(r.element).decode("ascii"), r.watermark_micros,
-             r.resume_at] for r in residuals] for index, residuals in self.residuals.items()}
+             r.resume_at] for r in residuals] for index, residuals in self.residuals.items()
+            if stages is None or index in stages}
         return json.dumps({"version": SNAPSHOT_VERSION, "stages": stages},
                           sort_keys=True).encode("utf-8")
 
-    def restore(self, snapshot: bytes) -> None:
-        """Carry the residuals of a :meth:`snapshot` into the next batch."""
+    def restore(self, snapshot: bytes, replace_all: bool = True) -> None:
+        """Carry the residuals of a :meth:`snapshot` into the next batch (without
+        ``replace_all``, only its stages' residuals are replaced)."""
         data = json.loads(snapshot.decode("utf-8"))
         if data.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"residual snapshot version {data.get('version')!r}: this runner "
                              f"reads version {SNAPSHOT_VERSION}; start without the checkpoint")
-        self.residuals = {
-            int(index): [CarriedResidual(input_index, base64.b64decode(element), watermark, resume_at)
+        restored = {
+            int(index): [CarriedResidual(input_index, base64.b64decode(element), watermark,
+                                         resume_at)
                          for input_index, element, watermark, resume_at in residuals]
             for index, residuals in data["stages"].items()}
-
+        if replace_all:
+            self.residuals = restored
+        else:
+            self.residuals.update(restored)
 
 
 # ----- worker side
