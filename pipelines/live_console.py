@@ -9,7 +9,8 @@ Pure text, no I/O and no clock (the caller passes times), so that it is tested a
 * :class:`LiveView`: takes panes as they arrive from the output topic (described panes, as
   :class:`triggers.panes.DescribePanes` makes them), keeps counts and a
   :class:`~pipelines.leaderboard.Leaderboard`, and renders the screen;
-* :class:`RunSummary` / :func:`format_summary`: the figures of the whole run.
+* :class:`RunSummary` / :func:`format_summary`: the figures of the whole run;
+  :func:`pane_latencies` estimates each pane's produce-to-pane latency.
 
 Example:
 
@@ -102,6 +103,59 @@ class RunSummary(NamedTuple):
     pids: Sequence[int]
     pids_left: Sequence[int]
     stopped_by: str
+    #: p50 of the batches after the first (which starts Spark's workers), milliseconds
+    batch_millis_p50: Optional[float] = None
+    #: p50 of the seconds between the ends of consecutive batches (the board's refresh)
+    refresh_seconds_p50: Optional[float] = None
+    #: seconds from the start of the first batch to the first pane seen
+    first_pane_seconds: Optional[float] = None
+    #: p50 over panes of :func:`pane_latencies`, seconds
+    pane_latency_seconds_p50: Optional[float] = None
+
+
+def median(values: Sequence[float]) -> Optional[float]:
+    """The middle value (the mean of the two middle ones), None for no values.
+
+    >>> median([3.0, 1.0, 2.0]), median([4, 1, 2, 3]), median([])
+    (2.0, 2.5, None)
+    """
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    middle = len(ordered) // 2
+    return float(ordered[middle]) if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def pane_latencies(sent: Sequence[Tuple[float, str, float, float]],
+                   panes: Sequence[Tuple[float, dict]]) -> List[float]:
+    """Per pane, seconds from producing the newest event its value includes to seeing it.
+
+    ``sent`` holds (time sent, key, window start, value) of every valid event, ``panes``
+    (time seen, pane) with accumulating sums. A micro-batch reads what was produced before
+    it started, so a pane's sum covers the key's events in the order they were sent: the
+    newest event it includes is the first at which the running sum reaches the pane's
+    value. (Events dropped as too late make that an underestimate by their share.)
+
+    >>> sent = [(10.0, "red", 0.0, 3), (11.0, "red", 0.0, 4), (12.0, "blue", 0.0, 1)]
+    >>> pane = {"key": "red", "value": 7, "window": {"start": 0.0, "end": 10.0}}
+    >>> pane_latencies(sent, [(12.5, pane)])
+    [1.5]
+    """
+    events: Dict[Tuple[str, float], List[Tuple[float, float]]] = {}
+    for sent_at, key, start, value in sorted(sent):
+        events.setdefault((key, round(start, 3)), []).append((sent_at, value))
+    latencies = []
+    for seen, pane in panes:
+        window = pane.get("window")
+        if not isinstance(window, dict) or "start" not in window:
+            continue
+        running = 0.0
+        for sent_at, value in events.get((str(pane["key"]), round(window["start"], 3)), []):
+            running += value
+            if running >= pane["value"]:
+                latencies.append(seen - sent_at)
+                break
+    return latencies
 
 
 def format_summary(summary: RunSummary, top: int = 4) -> str:
@@ -109,13 +163,16 @@ def format_summary(summary: RunSummary, top: int = 4) -> str:
 
     >>> print(format_summary(RunSummary(20.0, 400, 4, {"EARLY": 9, "ON_TIME": 8, "LATE": 2},
     ...                                 4, 1, 15, 21.5, [("red", 90), ("blue", 70)], [11, 12],
-    ...                                 [], "the end of the run")))
+    ...                                 [], "the end of the run", 1210.0, 1.3, 3.2, 2.4)))
     summary (stopped by the end of the run, after 20 s)
       events produced:  400 (4 malformed on purpose)
       panes:            19 (9 early, 8 on time, 2 late)
       dead letters:     4
       dropped as late:  1 (past the allowed lateness)
       batches:          15 (21.5 elements/s into keyed steps)
+      batch time:       p50 1210 ms (after the first); a batch ended every 1.3 s (p50)
+      first pane:       3.2 s after the first batch started
+      produce-to-pane:  p50 2.4 s (a pane seen minus the newest event it includes sent)
       top teams (all windows): 1. red 90  2. blue 70
       processes started: 11, 12; still running: none
     """
@@ -135,9 +192,20 @@ def format_summary(summary: RunSummary, top: int = 4) -> str:
         f"  dead letters:     {'unknown' if summary.dead_letters is None else summary.dead_letters}",
         f"  dropped as late:  {dropped} (past the allowed lateness)",
         f"  batches:          {summary.batches} ({rate} elements/s into keyed steps)",
+        f"  batch time:       p50 {_figure(summary.batch_millis_p50, '.0f', ' ms')} (after the "
+        f"first); a batch ended every {_figure(summary.refresh_seconds_p50, '.1f', ' s')} (p50)",
+        f"  first pane:       {_figure(summary.first_pane_seconds, '.1f', ' s')} after the first "
+        f"batch started",
+        f"  produce-to-pane:  p50 {_figure(summary.pane_latency_seconds_p50, '.1f', ' s')} (a pane "
+        f"seen minus the newest event it includes sent)",
         f"  top teams (all windows): {leaders or '-'}",
         f"  processes started: {', '.join(map(str, summary.pids))}; still running: {left}",
     ])
 
 
-__all__ = ["LiveView", "RunSummary", "format_summary", "progress_line", "TIMINGS"]
+def _figure(value: Optional[float], spec: str, unit: str) -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+__all__ = ["LiveView", "RunSummary", "format_summary", "median", "pane_latencies",
+           "progress_line", "TIMINGS"]
