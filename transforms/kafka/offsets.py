@@ -69,6 +69,13 @@ def create_consumer(
         raise KafkaUnavailableError(unavailable_message(bootstrap_servers, error)) from error
 
 
+def close_consumer(consumer) -> None:
+    """Close ``consumer`` (None: nothing to close) without committing offsets: the sources
+    commit only what a committed bundle or batch read."""
+    if consumer is not None:
+        consumer.close(autocommit=False)
+
+
 def list_partitions(consumer, topics: Iterable[str]) -> List:
     """Every ``TopicPartition`` of ``topics``, sorted; ValueError names a topic that is missing."""
     from kafka import TopicPartition

@@ -138,19 +138,15 @@ class BatchPlanner:
 
     def close(self) -> None:
         """Close the planner's clients (the run is over, or the broker went away)."""
-        if self._consumer is not None:
-            try:
-                self._consumer.close(autocommit=False)
-            finally:
-                self._consumer = None
-        self._close_committer()
+        consumer, self._consumer = self._consumer, None
+        try:
+            kafka_offsets.close_consumer(consumer)
+        finally:
+            self._close_committer()
 
     def _close_committer(self) -> None:
-        if self._committer is not None:
-            try:
-                self._committer.close(autocommit=False)
-            finally:
-                self._committer = None
+        committer, self._committer = self._committer, None
+        kafka_offsets.close_consumer(committer)
 
     def _end_offsets(self, partitions: List[Any]) -> Dict[Any, int]:
         if self._consumer is None:

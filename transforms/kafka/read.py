@@ -294,11 +294,8 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
         self._close_client()
 
     def _close_client(self) -> None:
-        if self._consumer is not None:
-            try:
-                self._consumer.close(autocommit=False)
-            finally:
-                self._consumer = None
+        consumer, self._consumer = self._consumer, None
+        kafka_offsets.close_consumer(consumer)
 
     def _to_output(self, record, watermark_estimator):
         config = self._config
