@@ -22,44 +22,28 @@ to ``--max_records``. An uninterrupted run, meanwhile, gives the reference panes
 
 from __future__ import annotations
 
-import collections
 import json
-import os
-import random
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Counter, List
+from typing import List
 
 import pytest
 
-from transforms.kafka.polling import poll_records
+from kafka_fixtures import recent_base_seconds
+from kafka_jobs import (
+    PYTHON,
+    finish_job,
+    game_records,
+    kill_job,
+    start_job,
+    topic_panes,
+    wait_for_records,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 PARTITIONS = 4
 PER_PARTITION = 12
 BATCH_CAP = 2
 WINDOW = 10
-#: Seconds a run may take (Spark's start-up included).
-RUN_SECONDS = 240.0
-
-
-def _records(base: int) -> List[tuple]:
-    """Per partition, events moving through four windows, a few out of order and a few late."""
-    rng = random.Random(11)
-    records = []
-    for partition in range(PARTITIONS):
-        for number in range(PER_PARTITION):
-            at = base + number * 3.5 + rng.uniform(0, 2)
-            if number in (7, 10):
-                at -= 25  # behind the watermark: late, within the allowed lateness
-            event = {"user": f"u{partition}", "team": rng.choice(("red", "blue")),
-                     "score": rng.randint(1, 9), "timestamp": at}
-            records.append((None, json.dumps(event).encode(), None, partition))
-    return records
 
 
 def _command(kafka, source: str, output: str, checkpoint_dir: Path,
@@ -76,66 +60,12 @@ def _command(kafka, source: str, output: str, checkpoint_dir: Path,
             *(["--exactly_once"] if exactly_once else [])]
 
 
-def _start(command: List[str], log_path: Path) -> subprocess.Popen:
-    with open(log_path, "w") as log:
-        return subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(os.environ, PYTHONPATH=str(REPO)),
-                                start_new_session=True)
-
-
-def _finish(job: subprocess.Popen, log_path: Path) -> None:
-    try:
-        job.wait(timeout=RUN_SECONDS)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
-        pytest.fail(f"the job did not end within {RUN_SECONDS} s:\n"
-                    + log_path.read_text(errors="replace")[-4000:])
-    assert job.returncode == 0, log_path.read_text(errors="replace")[-4000:]
-
-
-def _panes(kafka, topic: str, committed_only: bool) -> Counter[str]:
-    """Every pane record now in ``topic``, as canonical JSON, counted."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False,
-                             isolation_level="read_committed" if committed_only
-                             else "read_uncommitted")
-    try:
-        partition = TopicPartition(topic, 0)
-        consumer.assign([partition])
-        consumer.seek_to_beginning(partition)
-        end = consumer.end_offsets([partition])[partition]
-        panes: Counter[str] = collections.Counter()
-        deadline = time.monotonic() + 30
-        while consumer.position(partition) < end and time.monotonic() < deadline:
-            for records in poll_records(consumer, 0.5).values():
-                panes.update(json.dumps(json.loads(record.value), sort_keys=True)
-                             for record in records)
-        return panes
-    finally:
-        consumer.close()
-
-
-def _kill_after_panes(job: subprocess.Popen, kafka, topic: str, panes: int,
-                      log_path: Path) -> None:
+def _kill_after_panes(job, kafka, topic: str, panes: int, log_path: Path) -> None:
     """SIGKILL the job's process group once ``panes`` records are in ``topic``."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False)
-    partition = TopicPartition(topic, 0)
-    deadline = time.monotonic() + RUN_SECONDS
     try:
-        while consumer.end_offsets([partition])[partition] < panes:
-            assert job.poll() is None, ("run 1 ended before it was killed:\n"
-                                        + log_path.read_text(errors="replace")[-4000:])
-            assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-4000:]
-            time.sleep(0.2)
+        wait_for_records(job, kafka.bootstrap_servers, topic, panes, log_path)
     finally:
-        consumer.close()
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+        kill_job(job)
     assert job.returncode == -signal.SIGKILL
 
 
@@ -150,47 +80,40 @@ def test_killed_kafka_job_resumes_from_its_checkpoint(kafka, kafka_broker_kind, 
                     "restart path runs in the exactly-once case, and this third ~100 s case "
                     "would take make test past its 15-minute budget on 2 cores")
     source = kafka.create_topic(partitions=PARTITIONS)
-    kafka.produce(source, _records(kafka_recent_base()))
+    kafka.produce(source, game_records(recent_base_seconds(), PARTITIONS, PER_PARTITION))
     reference_topic, output = kafka.create_topic(), kafka.create_topic()
 
     reference_log, log_1, log_2 = (tmp_path / name for name in ("reference.log", "run-1.log",
                                                                 "run-2.log"))
-    reference = _start(_command(kafka, source, reference_topic, tmp_path / "reference",
+    reference = start_job(_command(kafka, source, reference_topic, tmp_path / "reference",
                                 exactly_once), reference_log)
     # Runs 1 and 2 append to one report (an option of the pipeline is part of what the
     # checkpoint's fingerprint compares, so both runs are given the same).
     report = tmp_path / "report.jsonl"
-    run_1 = _start(_command(kafka, source, output, tmp_path / "checkpoints", exactly_once)
+    run_1 = start_job(_command(kafka, source, output, tmp_path / "checkpoints", exactly_once)
                    + ["--streaming_report", str(report)], log_1)
     try:
         _kill_after_panes(run_1, kafka, output, 3, log_1)
-        _finish(reference, reference_log)
+        finish_job(reference, reference_log)
     finally:
         for job in (reference, run_1):
-            if job.poll() is None:
-                os.killpg(job.pid, signal.SIGKILL)
-                job.wait()
+            kill_job(job)
     assert (tmp_path / "checkpoints" / "plans").is_dir(), "run 1 logged its batches' ranges"
 
     reported = len(report.read_text().splitlines()) if report.exists() else 0
-    run_2 = _start(_command(kafka, source, output, tmp_path / "checkpoints", exactly_once)
+    run_2 = start_job(_command(kafka, source, output, tmp_path / "checkpoints", exactly_once)
                    + ["--streaming_report", str(report)], log_2)
-    _finish(run_2, log_2)
+    finish_job(run_2, log_2)
     first_batch = json.loads(report.read_text().splitlines()[reported])["batch"]
     assert first_batch > 1, "run 2 resumed after the batches run 1 checkpointed"
 
-    expected = _panes(kafka, reference_topic, committed_only=exactly_once)
+    expected = topic_panes(kafka.bootstrap_servers, reference_topic, committed_only=exactly_once)
     timings = {json.loads(pane)["pane"]["timing"] for pane in expected}
     assert timings == {"ON_TIME", "LATE"}, expected
     if exactly_once:
-        assert _panes(kafka, output, committed_only=True) == expected
+        assert topic_panes(kafka.bootstrap_servers, output, committed_only=True) == expected
         return
-    seen = _panes(kafka, output, committed_only=False)
+    seen = topic_panes(kafka.bootstrap_servers, output, committed_only=False)
     assert not expected - seen, f"panes lost: {expected - seen}"
     assert set(seen) == set(expected), f"records that are no pane of the run: {seen - expected}"
 
-
-def kafka_recent_base() -> int:
-    from kafka_fixtures import recent_base_seconds
-
-    return recent_base_seconds()
