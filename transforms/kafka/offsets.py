@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from transforms.kafka.connectivity import quiet_connection_retries
 from transforms.kafka.polling import poll_records
 
 __all__ = [
@@ -56,6 +57,7 @@ def create_consumer(
     from kafka import KafkaConsumer
     from kafka.errors import KafkaConfigurationError, KafkaError
 
+    quiet_connection_retries()
     try:
         return KafkaConsumer(
             bootstrap_servers=list(bootstrap_servers),

@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from transforms.kafka import offsets as kafka_offsets
 from transforms.kafka.config import ReaderConfig
+from transforms.kafka.connectivity import any_server_accepts
 from transforms.kafka.polling import poll_records
 
 _LOG = logging.getLogger(__name__)
@@ -84,6 +85,9 @@ class BatchPlanner:
             return []
         partitions = [TopicPartition(element.topic, element.partition) for element, _ in work]
         try:
+            if not any_server_accepts(self._config.bootstrap_servers):
+                # A client would block in its retries, and log each of them.
+                raise kafka_offsets.KafkaUnavailableError("no TCP connection to it opens")
             ends = self._end_offsets(partitions)
         except (KafkaError, OSError, kafka_offsets.KafkaUnavailableError) as error:
             if not self._unreachable:

@@ -32,6 +32,7 @@ import os
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from transforms.kafka.connectivity import quiet_connection_retries
 from transforms.kafka.offsets import KafkaUnavailableError, unavailable_message
 
 _LOG = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class BundleTransaction:
         from kafka import KafkaProducer
         from kafka.errors import KafkaConfigurationError, KafkaError
 
+        quiet_connection_retries()
         try:
             producer = KafkaProducer(bootstrap_servers=self._servers, acks="all",
                                      enable_idempotence=True, transactional_id=self._id,

@@ -34,6 +34,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 from transforms.kafka.config import check_client_config, servers_list
+from transforms.kafka.connectivity import quiet_connection_retries
 from transforms.kafka.offsets import KafkaUnavailableError, unavailable_message
 from transforms.kafka.records import KafkaDeadLetter
 from transforms.kafka.transactions import BundleTransaction
@@ -119,6 +120,7 @@ class _WriteFn(beam.DoFn):
             else:
                 self._skip = True  # a replayed bundle its first run committed
             return
+        quiet_connection_retries()
         config = dict(self._producer_config)
         config["acks"] = "all"
         if "enable_idempotence" in KafkaProducer.DEFAULT_CONFIG:
