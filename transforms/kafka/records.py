@@ -20,7 +20,12 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
+
+# datetime and Timestamp are imported here, not in event_time_seconds: per call, the imports
+# took a quarter of the time the source spends turning a Kafka record into an element.
+from apache_beam.utils.timestamp import Timestamp
 
 __all__ = [
     "KafkaRecord",
@@ -137,7 +142,7 @@ def decode_record(
     A null key or value (a tombstone) stays ``None`` and is not passed to the decoder.
     """
     timestamp = None if timestamp_ms is None or timestamp_ms < 0 else timestamp_ms / 1000.0
-    headers = tuple((name, data) for name, data in (headers or ()))
+    headers = tuple(map(tuple, headers)) if headers else ()
     try:
         decoded_key = None if key is None else key_decoder(key)
     except Exception as error:  # any decoder failure is a property of the record
@@ -161,10 +166,6 @@ def event_time_seconds(value: Any) -> float:
     Raises ValueError for anything else, or a non-finite number, so the record becomes a
     dead letter instead of getting a nonsense event time.
     """
-    from datetime import datetime
-
-    from apache_beam.utils.timestamp import Timestamp
-
     if isinstance(value, Timestamp):
         return value.micros / 1e6
     if isinstance(value, datetime):
