@@ -12,7 +12,7 @@ from apache_beam.testing import test_stream as streams
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import FixedWindows, Sessions, SlidingWindows, TimestampedValue
 
-from transforms.lateness import DROPPED_LATE_DATA, NAMESPACE, CountDroppedLateData, DroppedElement
+from triggers.lateness import DROPPED_LATE_DATA, NAMESPACE, CountDroppedLateData, DroppedElement
 from triggers.accumulation import How
 from triggers.model import WindowedAggregation
 from triggers.panes import DescribePanes, pane_record

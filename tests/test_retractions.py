@@ -9,7 +9,7 @@ from apache_beam.testing import test_stream as streams
 from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 from apache_beam.transforms.window import FixedWindows, GlobalWindows, Sessions, TimestampedValue
 
-from transforms.retractions import Refinement
+from triggers.retractions import Refinement
 from triggers.accumulation import How
 from triggers.model import WindowedAggregation
 from triggers.presets import early_and_late_firings, every_n_elements

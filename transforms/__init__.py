@@ -1,5 +1,6 @@
 """Reusable PTransforms: the *what* (aggregations), the *where* (windows and window policies),
-edge adaptation (parsing with dead letters), splitting and merging, retractions and lateness.
+edge adaptation (parsing with dead letters), splitting and merging. Lateness and retractions
+belong to the *when* and the *how*: they are in :mod:`triggers`.
 
 Import from the modules (``from transforms.aggregations import SumPerKey``) or from here.
 """
@@ -24,9 +25,7 @@ from transforms.aggregations import (
     TopGlobally,
     TopPerKey,
 )
-from transforms.lateness import CountDroppedLateData, DroppedElement
 from transforms.parsing import DeadLetter, ParseCsv, ParseJson
-from transforms.retractions import Refinement, WithRetractions
 from transforms.routing import Merge, SplitBy
 from transforms.windows import (
     WithEventTime,
@@ -42,8 +41,7 @@ __all__ = [
     "CountCombineFn", "CountGlobally", "CountPerKey", "MaxFn", "MaxGlobally", "MaxPerKey",
     "MeanCombineFn", "MeanGlobally", "MeanPerKey", "MinFn", "MinGlobally", "MinPerKey",
     "SumFn", "SumGlobally", "SumPerKey", "TopCombineFn", "TopGlobally", "TopPerKey",
-    "CountDroppedLateData", "DroppedElement", "DeadLetter", "ParseCsv", "ParseJson",
-    "Merge", "SplitBy", "Refinement", "WithRetractions",
+    "DeadLetter", "ParseCsv", "ParseJson", "Merge", "SplitBy",
     "WithEventTime", "WithProcessingTime", "fixed_windows", "global_window",
     "parse_event_time", "sessions", "sliding_windows",
 ]

@@ -1,5 +1,6 @@
-"""The *when* and the *how*: trigger presets, accumulation modes, validation of unsafe
-combinations, the four-question composite, and pane helpers.
+"""The *when* and the *how*: trigger presets, allowed lateness and the data it drops,
+accumulation modes and retractions, validation of unsafe combinations, the four-question
+composite, and pane helpers.
 
 >>> from triggers import WindowedAggregation, early_and_late_firings, How
 >>> from transforms import SumFn, fixed_windows
@@ -9,30 +10,24 @@ combinations, the four-question composite, and pane helpers.
 ...     how=How.ACCUMULATING)
 """
 
-import importlib
-from typing import Any
+from triggers.accumulation import How
+from triggers.lateness import CountDroppedLateData, DroppedElement
+from triggers.model import WindowedAggregation
+from triggers.panes import DescribePanes, pane_record
+from triggers.presets import (
+    When,
+    at_watermark,
+    early_and_late_firings,
+    every_n_elements,
+    every_period,
+    micro_batch,
+)
+from triggers.retractions import Refinement, WithRetractions
+from triggers.validation import is_retractable, validate
 
-# Exports resolve on first use: transforms/ imports triggers.panes, and triggers.model
-# imports transforms/, so an eager import here would make the two packages a cycle.
-_EXPORTS = {
-    "DescribePanes": "triggers.panes",
-    "pane_record": "triggers.panes",
-    "When": "triggers.presets",
-    "at_watermark": "triggers.presets",
-    "early_and_late_firings": "triggers.presets",
-    "every_n_elements": "triggers.presets",
-    "every_period": "triggers.presets",
-    "micro_batch": "triggers.presets",
-    "How": "triggers.accumulation",
-    "is_retractable": "triggers.validation",
-    "validate": "triggers.validation",
-    "WindowedAggregation": "triggers.model",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'triggers' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__all__ = [
+    "CountDroppedLateData", "DescribePanes", "DroppedElement", "How", "Refinement", "When",
+    "WindowedAggregation", "WithRetractions", "at_watermark", "early_and_late_firings",
+    "every_n_elements", "every_period", "is_retractable", "micro_batch", "pane_record",
+    "validate",
+]

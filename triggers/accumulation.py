@@ -11,8 +11,8 @@ the ones before it:
   previous one, so a downstream consumer (even one that re-keys or re-groups the results)
   can undo what it did with the previous pane. Beam has no retractions
   (``AccumulationMode`` reserves ``RETRACTING`` but never implemented it): we run the
-  window ``ACCUMULATING`` and add :class:`transforms.retractions.WithRetractions`
-  downstream, which emits :class:`~transforms.retractions.Refinement` records.
+  window ``ACCUMULATING`` and add :class:`triggers.retractions.WithRetractions`
+  downstream, which emits :class:`~triggers.retractions.Refinement` records.
 
 >>> How.ACCUMULATING_AND_RETRACTING.beam_mode == How.ACCUMULATING.beam_mode
 True

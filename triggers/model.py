@@ -12,7 +12,7 @@ The four questions a streaming aggregation must answer:
    retracting.
 
 Data later than the window's end plus the allowed lateness is dropped, and counted: every
-WindowedAggregation also applies :class:`~transforms.lateness.CountDroppedLateData`, so
+WindowedAggregation also applies :class:`~triggers.lateness.CountDroppedLateData`, so
 ``result.metrics()`` has the counter ``lateness/dropped_late_data``, and the dropped
 elements are available as :attr:`WindowedAggregation.dropped` after the transform is applied.
 
@@ -38,8 +38,8 @@ import apache_beam as beam
 from apache_beam.transforms.window import WindowFn
 from apache_beam.utils.timestamp import Duration
 
-from transforms.lateness import CountDroppedLateData
-from transforms.retractions import WithRetractions
+from triggers.lateness import CountDroppedLateData
+from triggers.retractions import WithRetractions
 from triggers.accumulation import How
 from triggers.presets import When
 from triggers.validation import validate
@@ -49,7 +49,7 @@ class WindowedAggregation(beam.PTransform):
     """Aggregate keyed ``(key, value)`` input per key and window, firing panes as ``when``
     says and relating them as ``how`` says.
 
-    Output: ``(key, aggregate)`` panes, or :class:`~transforms.retractions.Refinement`
+    Output: ``(key, aggregate)`` panes, or :class:`~triggers.retractions.Refinement`
     records when ``how`` is ``ACCUMULATING_AND_RETRACTING``. Invalid combinations raise
     ValueError/TypeError when the transform is constructed, or (for rules that depend on
     the input being bounded or not) when it is applied; see :mod:`triggers.validation`.

@@ -61,7 +61,7 @@ class When:
 
     ``allowed_lateness`` is in seconds: how long after the end of a window (as measured by
     the watermark) late data is still accepted and fires LATE panes; later data is dropped
-    and counted (see :mod:`transforms.lateness`).
+    and counted (see :mod:`triggers.lateness`).
     """
 
     trigger: TriggerFn
