@@ -2,8 +2,7 @@
 
 Beam resolves ``--runner=SparkRunner`` to its own portable Spark runner, a client for a Java
 job server jar downloaded at run time. The project's pipelines resolve that name to our runner
-on PySpark instead (``runners.spark.SparkRunner``), once it exists; every other name is left
-to Beam.
+on PySpark instead (``runners.spark.SparkRunner``); every other name is left to Beam.
 
 >>> resolve_runner("DirectRunner")
 'DirectRunner'

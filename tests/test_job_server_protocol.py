@@ -175,7 +175,7 @@ def test_a_taken_port_is_refused_before_spark_starts():
     (no JVM) is created for a server that cannot serve."""
     import socket
 
-    from runners.spark.job_server import SparkJobServer
+    from runners.spark.job_server.server import SparkJobServer
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

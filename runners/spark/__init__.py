@@ -1,4 +1,4 @@
-"""Our Beam runner on the Spark that pyspark provides (batch; streaming comes later).
+"""Our Beam runner on the Spark that pyspark provides, in batch and in streaming.
 
 Beam's own ``SparkRunner`` for Python is a client for a Java job server downloaded at run
 time; this one executes Beam's portable pipeline itself, in Spark's Python workers:
@@ -12,6 +12,8 @@ time; this one executes Beam's portable pipeline itself, in Spark's Python worke
    materializes side inputs per window and broadcasts them.
 4. :mod:`~runners.spark.result` reports state, errors (the user's own exception) and metrics
    (:mod:`~runners.spark.metrics`), merged across tasks.
+5. In streaming (``--streaming``), :mod:`~runners.spark.streaming` runs the same stages in
+   micro-batches, with keyed state and watermarks carried from batch to batch.
 
 Every Beam private API it uses is imported in :mod:`~runners.spark.beam_internals`.
 
@@ -23,7 +25,17 @@ Usage: ``--runner=SparkRunner`` on a project pipeline (see ``runners.resolution`
 ...     _ = p | beam.Create([1, 2, 3]) | beam.Map(print)
 """
 
-from runners.spark.options import SparkRunnerOptions
-from runners.spark.runner import SparkRunner
+import importlib
+from typing import Any
 
-__all__ = ["SparkRunner", "SparkRunnerOptions"]
+# Resolved on first use: a job imports runners.spark.options to accept the runner's options on
+# its command line, and that must not import pyspark and the runner when it runs elsewhere.
+_EXPORTS = {"SparkRunner": "runners.spark.runner", "SparkRunnerOptions": "runners.spark.options"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'runners.spark' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

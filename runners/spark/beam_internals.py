@@ -229,7 +229,7 @@ SIDE_INPUT_STATE_TYPES = frozenset([
     "multimap_keys_values_side_input",
 ])
 
-# Job server (runners/spark/job_server.py, job_service.py, artifacts.py): Beam's Job API
+# Job server (runners/spark/job_server/): Beam's Job API
 # services, reused rather than re-implemented.
 from apache_beam.portability.api import (  # noqa: E402
     beam_artifact_api_pb2_grpc,

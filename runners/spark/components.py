@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Dict, Iterator, Tuple
 
+# Registers the runner's own coder URN: a stage's proto may name it in any task.
+from runners.spark import coders as _coders  # noqa: F401
 from runners.spark.beam_internals import (
     PipelineContext,
     beam_runner_api_pb2,

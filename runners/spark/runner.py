@@ -20,10 +20,10 @@ from runners.spark import planning, support
 from runners.spark.execution import PlanExecution
 from runners.spark.metrics import MonitoringInfoAccumulator
 from runners.spark.result import SparkPipelineResult
-from runners.spark.streaming import StreamingExecution
+from runners.spark.streaming.loop import StreamingExecution
 
 #: Loopback defaults for local masters: the driver never needs a routable address.
-_LOCAL_SETTINGS = {
+LOCAL_SETTINGS = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
@@ -93,7 +93,7 @@ class SparkRunner(PipelineRunner):
         if self._spark_context is None:
             settings = spark_options.spark_settings(options)
             if settings["spark.master"].startswith("local"):
-                settings = {**_LOCAL_SETTINGS, **settings}
+                settings = {**LOCAL_SETTINGS, **settings}
             # Executors must run this interpreter (Beam, the project) whatever the conf says.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             self._spark_context = SparkContext.getOrCreate(SparkConf().setAll(settings.items()))

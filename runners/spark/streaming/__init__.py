@@ -14,8 +14,6 @@
 * :mod:`~runners.spark.streaming.unbounded`: splittable DoFns, residuals carried between batches.
 * :mod:`~runners.spark.streaming.side_input_history`: side inputs kept while their windows live.
 * :mod:`~runners.spark.streaming.batch_report`: the per-batch log line, metrics and JSON line.
+
+The runner starts it as ``runners.spark.streaming.loop.StreamingExecution``.
 """
-
-from runners.spark.streaming.loop import StreamingExecution
-
-__all__ = ["StreamingExecution"]

@@ -29,7 +29,6 @@ from runners.spark.beam_internals import InMemoryUnmergedState, TimeDomain, crea
 from runners.spark.components import SharedComponents, encode_chunks
 from runners.spark.planning import GroupSpec
 from runners.spark.records import Elements, KeyedElements, unpack_keyed
-from runners.spark.streaming import coders as _coders  # noqa: F401 (registers the coder)
 from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, BatchClock, KeyedBatch
 from runners.spark.streaming.state import (
     TriggerStateCodec,

@@ -34,7 +34,6 @@ from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, 
 from runners.spark.planning import TEST_STREAM_STAGE, GroupSpec, StageSpec
 from runners.spark.records import Elements, SideInputChunk, StepReport
 from runners.spark.stage_graph import RunContext, StageGraph
-from runners.spark.streaming import coders as _coders  # noqa: F401 (registers the coder)
 from runners.spark.streaming.grouping import process_group_partition
 from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch
 from runners.spark.streaming.keyed_step import KeyedStep

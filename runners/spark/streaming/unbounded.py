@@ -62,7 +62,6 @@ from runners.spark.beam_internals import beam_fn_api_pb2, common_urns, monitorin
 from runners.spark.bundles import DeferredWork, StageTask, process_partition
 from runners.spark.planning import SDK_STAGE, StageSpec
 from runners.spark.records import Elements, Residual, SplittableReport
-from runners.spark.streaming import coders as _coders  # noqa: F401 (registers the coder)
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -1,5 +1,8 @@
 """Windowed values with microsecond timestamps, on the streaming runner's data plane.
 
+Imported by :mod:`runners.spark.components`, so every process that builds a stage's coders
+knows this coder's URN, whichever task it runs.
+
 Beam's portable windowed-value and timer coders (``beam:coder:windowed_value:v1``,
 ``beam:coder:timer:v1``) keep timestamps in
 milliseconds: a pane at a window's end, ``9.999999``, would reach the next stage as

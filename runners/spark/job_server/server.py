@@ -11,12 +11,12 @@ GetMessageStream, GetJobMetrics, Cancel, GetJobs, GetPipeline, DescribePipelineO
 the ArtifactStagingService. The server binds 127.0.0.1 unless ``--host`` says otherwise;
 ``--port 0`` picks a free port. It prints ``Job server listening on HOST:PORT`` once ready.
 Every job runs on the server's SparkContext (``--spark_master_url``, ``--spark_conf``); see
-:mod:`runners.spark.job_service` for environments, states and what a job may set.
+:mod:`runners.spark.job_server.service` for environments, states and what a job may set.
 
 A job's dependencies come with it, staged by Beam's client: ``--extra_package`` (wheels,
 source distributions) and ``--requirements_file`` with the packages of ``--requirements_cache``
 are installed offline for that job alone, ``--save_main_session`` is loaded in every Python
-worker; nothing is downloaded at run time (see :mod:`runners.spark.artifacts`).
+worker; nothing is downloaded at run time (see :mod:`runners.spark.job_server.artifacts`).
 
 A request that is not a valid message (garbage, a truncated pipeline) is answered with
 INVALID_ARGUMENT and the parser's reason; the server keeps serving.
@@ -54,8 +54,8 @@ from runners.spark.beam_internals import (
     beam_job_api_pb2,
     endpoints_pb2,
 )
-from runners.spark.job_service import SparkJobServicer
-from runners.spark.runner import _LOCAL_SETTINGS
+from runners.spark.job_server.service import SparkJobServicer
+from runners.spark.runner import LOCAL_SETTINGS
 
 _LOGGER = logging.getLogger(__name__)
 _JOB_SERVICE = beam_job_api_pb2.DESCRIPTOR.services_by_name["JobService"]
@@ -118,7 +118,7 @@ def create_spark_context(master: str, spark_conf: Optional[Sequence[str]] = None
     settings = spark_options.spark_settings(PipelineOptions(flags))
     settings.setdefault("spark.app.name", "beam-spark-job-server")
     if settings["spark.master"].startswith("local"):
-        settings = {**_LOCAL_SETTINGS, **settings}
+        settings = {**LOCAL_SETTINGS, **settings}
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return SparkContext.getOrCreate(SparkConf().setAll(settings.items()))
 
@@ -278,7 +278,3 @@ def main(argv: Optional[List[str]] = None) -> int:
     _LOGGER.info("Stopping the job server")
     server.stop()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
