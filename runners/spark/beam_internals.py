@@ -12,6 +12,7 @@ The runner's other modules import Beam internals from here only.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import apache_beam
@@ -35,8 +36,17 @@ _check_beam_version(apache_beam.__version__)
 
 # Re-exported for the runner's other modules (they import Beam internals from here only).
 # pylint: disable=wrong-import-position,unused-import
-from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream  # noqa: E402
+from apache_beam.coders.coder_impl import (  # noqa: E402
+    BooleanCoderImpl,
+    PaneInfoCoderImpl,
+    StreamCoderImpl,
+    TupleSequenceCoderImpl,
+    create_InputStream,
+    create_OutputStream,
+)
+from apache_beam.internal import pickler  # noqa: E402
 from apache_beam.metrics import monitoring_infos  # noqa: E402
+from apache_beam.metrics.cells import DistributionData, GaugeData  # noqa: E402
 from apache_beam.metrics.execution import MetricResult  # noqa: E402
 from apache_beam.portability import common_urns, python_urns  # noqa: E402
 from apache_beam.portability.api import (  # noqa: E402
@@ -97,7 +107,6 @@ from apache_beam.utils import proto_utils  # noqa: E402
 def unpickle_dofn(payload: "beam_runner_api_pb2.ParDoPayload") -> Any:
     """The user's DoFn object of a ParDo payload (as ``ParDo.from_runner_api_parameter``
     unpickles it)."""
-    from apache_beam.internal import pickler
     from apache_beam.transforms.core import DoFnInfo
 
     fn, _, _, _, _ = pickler.loads(
@@ -117,6 +126,22 @@ def load_user_state_cells(servicer: StateServicer, cells: "dict[bytes, list[byte
     """Put cells from :func:`user_state_cells` back into a servicer."""
     for key, values in cells.items():
         servicer._state[key] = list(values)
+
+
+def take_finalization_callbacks(processor: Any) -> "list[Any]":
+    """The callbacks a bundle's DoFns registered with their ``BundleFinalizerParam``, taken
+    instead of called: the runner calls them once the bundle's output is durable. The SDK's
+    operations keep their finalizer params private, so the processor finalizes with
+    ``finalize_bundle`` patched to collect (a param's callbacks are a private list)."""
+    callbacks: "list[Any]" = []
+    finalizer_param = apache_beam.DoFn.BundleFinalizerParam
+    original = finalizer_param.finalize_bundle
+    finalizer_param.finalize_bundle = lambda param: callbacks.extend(param._callbacks)
+    try:
+        processor.finalize_bundle()
+    finally:
+        finalizer_param.finalize_bundle = original
+    return callbacks
 
 
 def _memoize_combining_tags() -> None:
@@ -243,6 +268,33 @@ from apache_beam.runners.portability import (  # noqa: E402
     artifact_service,
     local_job_service,
 )
+
+
+def environment_dependencies(environment_protos: Any) -> Any:
+    """The artifacts each environment of a job depends on (what its client will stage), as
+    Beam's local job service registers them with its artifact service."""
+    return local_job_service._extract_dependency_sets(environment_protos)
+
+
+def resolve_environment_dependencies(environment_protos: Any, resolved: Any) -> None:
+    """Replace the environments' dependencies by the artifacts the client staged."""
+    local_job_service._update_dependency_sets(environment_protos, resolved)
+
+
+def known_jobs(servicer: Any) -> "dict[str, Any]":
+    """Job id -> job of a servicer derived from Beam's ``AbstractJobServiceServicer``."""
+    return servicer._jobs
+
+
+def remove_job_log_handlers(log_queues: Any) -> None:
+    """Take the ``JobLogHandler`` of ``log_queues`` off the root logger: Beam's handler stays
+    there when closed, so a server would keep one per job it ever ran."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, local_job_service.JobLogHandler) and \
+                handler._log_queues is log_queues:
+            root.removeHandler(handler)
+
 
 # Runner-native window assignment (runners/spark/window_assignment.py): an ASSIGN_WINDOWS
 # operation of the SDK harness, registered under a runner-private URN.

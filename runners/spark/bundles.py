@@ -24,8 +24,6 @@ import os
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import apache_beam as beam
-
 from runners.spark.beam_internals import (
     DATA_INPUT_URN,
     FNAPI_RUNNER_CAPABILITIES,
@@ -37,6 +35,7 @@ from runners.spark.beam_internals import (
     StateHandler,
     beam_fn_api_pb2,
     create_OutputStream,
+    take_finalization_callbacks,
 )
 from runners.spark.bundle_names import BundleNamer
 from runners.spark.components import SharedComponents, iter_encoded
@@ -168,17 +167,8 @@ class StageProcessor:
         return outputs, timers_set, residuals, infos
 
     def finalization_callbacks(self) -> List[Any]:
-        """The callbacks the bundle's DoFns registered, taken instead of called (the SDK's
-        operations keep their finalizer params private: finalize with them captured)."""
-        callbacks: List[Any] = []
-        finalizer_param = beam.DoFn.BundleFinalizerParam
-        original = finalizer_param.finalize_bundle
-        finalizer_param.finalize_bundle = lambda param: callbacks.extend(param._callbacks)
-        try:
-            self.processor.finalize_bundle()
-        finally:
-            finalizer_param.finalize_bundle = original
-        return callbacks
+        """The callbacks the bundle's DoFns registered, taken instead of called."""
+        return take_finalization_callbacks(self.processor)
 
     def residual_input(self, application) -> str:
         """The DATA_INPUT transform that feeds a residual's transform (as FnApiRunner finds it)."""

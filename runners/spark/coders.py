@@ -17,13 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from apache_beam.coders import coders
-from apache_beam.coders.coder_impl import (
+from apache_beam.utils import windowed_value
+
+from runners.spark.beam_internals import (
     BooleanCoderImpl,
     PaneInfoCoderImpl,
     StreamCoderImpl,
     TupleSequenceCoderImpl,
 )
-from apache_beam.utils import windowed_value
 
 #: The coder URN the streaming plan uses instead of ``beam:coder:windowed_value:v1``.
 MICROS_WINDOWED_VALUE_URN = "beam:coder:spark_runner:windowed_value_micros:v1"

@@ -79,7 +79,7 @@ def prepare_python_worker() -> None:
     with _LOCK:
         _use_site(site)
         if session and session not in _LOADED_SESSIONS:
-            from apache_beam.internal import pickler
+            from runners.spark.beam_internals import pickler
             from pyspark import SparkFiles
 
             pickler.load_session(SparkFiles.get(session))

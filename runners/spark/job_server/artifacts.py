@@ -33,11 +33,10 @@ import shutil
 import sys
 from typing import Any, Iterable, List, Optional, Tuple
 
-from apache_beam.internal import pickler
 
 from runners.spark import job_environment
 from runners.spark.job_server import packages as job_packages
-from runners.spark.beam_internals import beam_runner_api_pb2, common_urns, proto_utils
+from runners.spark.beam_internals import beam_runner_api_pb2, common_urns, pickler, proto_utils
 
 #: File name Beam's stager gives the pickled main session.
 MAIN_SESSION_FILE = "pickled_main_session"

@@ -53,6 +53,7 @@ from runners.spark.beam_internals import (
     beam_artifact_api_pb2_grpc,
     beam_job_api_pb2,
     endpoints_pb2,
+    known_jobs,
 )
 from runners.spark.job_server.service import SparkJobServicer
 from runners.spark.runner import LOCAL_SETTINGS
@@ -218,7 +219,7 @@ class SparkJobServer:
             self._server.stop(grace_seconds).wait()
             self._server = None
         if self.servicer is not None:
-            for job in list(self.servicer._jobs.values()):
+            for job in list(known_jobs(self.servicer).values()):
                 job.cancel(timeout=30)
         if self._owns_context and self._spark_context is not None:
             try:

@@ -28,7 +28,6 @@ stream), or CANCELLING -> CANCELLED.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import queue
 import threading
@@ -50,11 +49,15 @@ from runners.spark.beam_internals import (
     beam_job_api_pb2,
     beam_runner_api_pb2,
     common_urns,
+    environment_dependencies,
     environments,
     job_utils,
+    known_jobs,
     local_job_service,
     monitoring_infos,
     python_urns,
+    remove_job_log_handlers,
+    resolve_environment_dependencies,
     validate_pipeline_graph,
 )
 from runners.spark.runner import SparkRunner
@@ -191,8 +194,7 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
     def prepare(self) -> None:
         self._servicer.artifact_service.register_job(
             self._job_id,
-            local_job_service._extract_dependency_sets(
-                self._executable.components.environments))
+            environment_dependencies(self._executable.components.environments))
 
     def artifact_staging_endpoint(self) -> Any:
         return self._servicer.artifact_staging_endpoint
@@ -228,11 +230,7 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
         try:
             self._run_with_log_capture()
         finally:
-            # Beam's JobLogHandler stays on the root logger when closed: one per job otherwise.
-            for handler in list(logging.getLogger().handlers):
-                if isinstance(handler, local_job_service.JobLogHandler) and \
-                        handler._log_queues is self._log_queues:
-                    logging.getLogger().removeHandler(handler)
+            remove_job_log_handlers(self._log_queues)
 
     def _run_with_log_capture(self) -> None:
         with local_job_service.JobLogHandler(self._log_queues):
@@ -269,8 +267,7 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
             resolved = self._servicer.artifact_service.resolved_deps(self._job_id, timeout=0)
         except Exception:  # nothing was staged (a raw client); the pipeline runs as is
             return
-        local_job_service._update_dependency_sets(
-            self._executable.components.environments, resolved)
+        resolve_environment_dependencies(self._executable.components.environments, resolved)
         files = artifacts.staged_files(self._executable.components.environments.values())
         work_dir = os.path.join(self._servicer.staging_dir, self._job_id, "shipped")
         shipped = artifacts.ship_to_executors(
@@ -349,7 +346,7 @@ class SparkJobServicer(abstract_job_service.AbstractJobServiceServicer):
         return SparkBeamJob(preparation_id, job_name, pipeline, options, self)
 
     def _job(self, job_id: str, context: Any) -> SparkBeamJob:
-        job = self._jobs.get(job_id)
+        job = known_jobs(self).get(job_id)
         if job is None:
             _abort(context, grpc.StatusCode.NOT_FOUND, f"no job with id {job_id!r}")
         return job

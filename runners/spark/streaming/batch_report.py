@@ -45,10 +45,9 @@ import logging
 import time
 from typing import Any, Dict, List, Optional
 
-from apache_beam.metrics.cells import DistributionData, GaugeData
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
-from runners.spark.beam_internals import monitoring_infos
+from runners.spark.beam_internals import DistributionData, GaugeData, monitoring_infos
 from runners.spark.metrics import pack
 
 _LOGGER = logging.getLogger(__name__)

@@ -66,10 +66,10 @@ import shutil
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from apache_beam.metrics.cells import DistributionData
 
 from runners.spark.beam_internals import (
     PAR_DO_URNS,
+    DistributionData,
     beam_fn_api_pb2,
     beam_runner_api_pb2,
     monitoring_infos,

@@ -1,0 +1,228 @@
+"""The import graph of the product code: no cycles, imports pointing one way, Beam's
+internals in one module.
+
+The layers, from the top::
+
+    bench/                      may import everything below
+    pipelines/  (jobs, live demo)
+    transforms/   triggers/     the model's library: Beam only
+    runners/                    Beam and Spark; never the library or the jobs
+
+Inside the runner, the core (``runners/spark/*.py``) does not import the job server, and only
+``runners/spark/runner.py`` starts the streaming engine. The graph is read from the source
+with :mod:`ast`, every ``import`` counted, also those inside functions (an import done late
+is still a dependency). ``from package import module`` counts as an import of the module.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+PACKAGES = ("bench", "pipelines", "transforms", "triggers", "runners")
+
+#: Module-name prefix -> the prefixes its imports may name (besides its own package).
+ALLOWED: Dict[str, Tuple[str, ...]] = {
+    "bench": ("pipelines", "transforms", "triggers", "runners"),
+    # A job accepts the runner's options and names it; the demo starts local services; the
+    # pictures draw the runner's stage graph.
+    "pipelines": ("transforms", "triggers", "runners.resolution", "runners.spark.options",
+                  "runners.broker", "runners.processes", "runners.spark.graph"),
+    "transforms": (),
+    "triggers": (),
+    "runners": (),
+}
+
+#: Beam modules that are not public API: only ``runners/spark/beam_internals.py`` imports them.
+PRIVATE_BEAM_MODULES = (
+    "apache_beam.internal",
+    "apache_beam.coders.coder_impl",
+    "apache_beam.metrics.cells",
+    "apache_beam.metrics.execution",
+    "apache_beam.metrics.monitoring_infos",
+    "apache_beam.portability",
+    "apache_beam.runners",
+)
+#: ... except these, which Beam documents for users.
+PUBLIC_BEAM_MODULES = (
+    "apache_beam.runners.runner",
+    "apache_beam.runners.direct.direct_runner",
+)
+BEAM_INTERNALS = "runners.spark.beam_internals"
+
+
+def product_modules() -> Dict[str, Path]:
+    """Dotted module name -> source file, for every module of the product packages."""
+    modules = {}
+    for package in PACKAGES:
+        for path in (REPOSITORY / package).rglob("*.py"):
+            name = ".".join(path.relative_to(REPOSITORY).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def imported_names(tree: ast.AST) -> Iterator[Tuple[str, List[str]]]:
+    """``(module, names)`` of every absolute import in ``tree`` (names empty for ``import m``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, [alias.name for alias in node.names]
+
+
+def import_graph(modules: Dict[str, Path]) -> Dict[str, Set[str]]:
+    """Module -> the product modules it imports."""
+
+    def owner(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: Dict[str, Set[str]] = {}
+    for name, path in modules.items():
+        edges = graph.setdefault(name, set())
+        for module, names in imported_names(ast.parse(path.read_text(), str(path))):
+            submodules = [f"{module}.{item}" for item in names if f"{module}.{item}" in modules]
+            for target in submodules or [module]:
+                found = owner(target)
+                if found and found != name:
+                    edges.add(found)
+    return graph
+
+
+def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm).
+
+    >>> cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}})
+    [['a', 'b']]
+    """
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def _matches(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def layer_violations(graph: Dict[str, Set[str]]) -> List[str]:
+    """``importer -> imported`` for every import against :data:`ALLOWED` and the runner's
+    inner rules."""
+    wrong = []
+    for importer, targets in sorted(graph.items()):
+        package = importer.split(".")[0]
+        for target in sorted(targets):
+            if target.split(".")[0] == package:
+                allowed = True
+                if _matches(target, "runners.spark.job_server"):
+                    allowed = _matches(importer, "runners.spark.job_server")
+                elif _matches(target, "runners.spark.streaming"):
+                    allowed = (_matches(importer, "runners.spark.streaming")
+                               or importer in ("runners.spark.runner", "bench"))
+            else:
+                allowed = any(_matches(target, prefix) for prefix in ALLOWED[package])
+            if not allowed:
+                wrong.append(f"{importer} -> {target}")
+    return wrong
+
+
+def test_the_product_code_has_no_import_cycle():
+    assert cycles(import_graph(product_modules())) == []
+
+
+def test_imports_point_down_the_layers():
+    assert layer_violations(import_graph(product_modules())) == []
+
+
+def test_the_checks_catch_a_cycle_and_an_upward_import():
+    # The same functions on a graph with the faults the two tests above must catch.
+    graph = {"transforms.a": {"pipelines.b"}, "pipelines.b": {"transforms.a"},
+             "runners.spark.planning": {"runners.spark.job_server.service"}}
+    assert cycles(graph) == [["pipelines.b", "transforms.a"]]
+    assert layer_violations(graph) == ["runners.spark.planning -> runners.spark.job_server.service",
+                                       "transforms.a -> pipelines.b"]
+
+
+def _private_beam_module(module: str) -> bool:
+    return (any(_matches(module, prefix) for prefix in PRIVATE_BEAM_MODULES)
+            and not any(_matches(module, prefix) for prefix in PUBLIC_BEAM_MODULES))
+
+
+def private_beam_imports(modules: Dict[str, Path]) -> List[str]:
+    """``module: beam module[.name]`` for each import of a private Beam module, or of a private
+    name from any Beam module, outside :data:`BEAM_INTERNALS`."""
+    found = []
+    for name, path in sorted(modules.items()):
+        if name == BEAM_INTERNALS:
+            continue
+        for module, names in imported_names(ast.parse(path.read_text(), str(path))):
+            if not _matches(module, "apache_beam"):
+                continue
+            # "from m import x" is judged by what it names (m.x: a module, or a name in m).
+            targets = [f"{module}.{item}" for item in names] or [module]
+            found.extend(f"{name}: {target}" for target in targets
+                         if _private_beam_module(target)
+                         or target.rpartition(".")[2].startswith("_"))
+    return found
+
+
+def test_beam_internals_are_imported_in_one_module():
+    assert private_beam_imports(product_modules()) == []
+
+
+@pytest.mark.parametrize("job", ["pipelines.team_scores", "pipelines.page_views",
+                                 "pipelines.sensor_average"])
+def test_a_job_on_the_direct_runner_does_not_import_pyspark(job):
+    script = (f"import sys, {job}\n"
+              "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark')\n"
+              "print(loaded[:5])\n")
+    completed = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY,
+                               capture_output=True, text=True, timeout=120, check=True)
+    assert completed.stdout.strip() == "[]", completed.stdout
+
+
+def test_the_check_catches_a_private_beam_import(tmp_path):
+    source = tmp_path / "example.py"
+    source.write_text("from apache_beam.internal import pickler\n"
+                      "from apache_beam.runners import runner\n"
+                      "from apache_beam.runners.runner import PipelineResult\n"
+                      "from apache_beam.transforms.trigger import _CombiningValueStateTag\n")
+    assert private_beam_imports({"runners.spark.example": source}) == [
+        "runners.spark.example: apache_beam.internal.pickler",
+        "runners.spark.example: apache_beam.transforms.trigger._CombiningValueStateTag",
+    ]
