@@ -77,13 +77,13 @@ bench-kafka: install
 # A Spark standalone master and one worker on 127.0.0.1 (free ports), from pyspark's own
 # Spark distribution; prints the spark:// URL to pass as --spark_master_url.
 spark-cluster: install
-	$(PY) -m runners.cluster start --state-dir $(CLUSTER_DIR)
+	$(PY) -m services.cluster start --state-dir $(CLUSTER_DIR)
 
 spark-cluster-stop:
-	@if [ -x $(PY) ]; then $(PY) -m runners.cluster stop --state-dir $(CLUSTER_DIR); fi
+	@if [ -x $(PY) ]; then $(PY) -m services.cluster stop --state-dir $(CLUSTER_DIR); fi
 
 spark-cluster-status:
-	$(PY) -m runners.cluster status --state-dir $(CLUSTER_DIR)
+	$(PY) -m services.cluster status --state-dir $(CLUSTER_DIR)
 
 # Beam's Job API on Spark: submit any Beam Python pipeline with --runner=PortableRunner
 # --job_endpoint=localhost:$(JOB_SERVER_PORT). Stop it with Ctrl-C.
@@ -99,13 +99,13 @@ graphviz:
 
 # The embedded broker for manual use: prints the --bootstrap_servers to pass to a job.
 kafka: install
-	$(PY) -m runners.broker start --kind $(KAFKA_BROKER) --state-dir $(KAFKA_DIR)
+	$(PY) -m services.broker start --kind $(KAFKA_BROKER) --state-dir $(KAFKA_DIR)
 
 kafka-stop:
-	@if [ -x $(PY) ]; then $(PY) -m runners.broker stop --state-dir $(KAFKA_DIR); fi
+	@if [ -x $(PY) ]; then $(PY) -m services.broker stop --state-dir $(KAFKA_DIR); fi
 
 kafka-status:
-	$(PY) -m runners.broker status --state-dir $(KAFKA_DIR)
+	$(PY) -m services.broker status --state-dir $(KAFKA_DIR)
 
 clean: spark-cluster-stop kafka-stop
 	rm -rf $(VENV) build *.egg-info .pytest_cache out $(CLUSTER_DIR) $(KAFKA_DIR)

@@ -2,7 +2,7 @@
 
 Sustained records per second and end-to-end latency (produce time to the first pane that
 includes the record, readable on the output topic), on ``local[2]`` with an embedded broker
-(``runners.broker.EmbeddedBroker``; kind from ``KAFKA_BROKER``, default noida; stopped by its
+(``services.broker.EmbeddedBroker``; kind from ``KAFKA_BROKER``, default noida; stopped by its
 PID at the end, even on error).
 
 For each ``--rates`` value, on fresh topics:
@@ -512,7 +512,7 @@ def _stop_spark(session: Any) -> None:
     """Stop the session, then the JVM this process started, by its PID."""
     from pyspark import SparkContext
 
-    from runners.processes import terminate
+    from services.processes import terminate
 
     gateway = SparkContext._gateway
     session.stop()
@@ -524,7 +524,7 @@ def _stop_spark(session: Any) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     arguments = parse_arguments(argv)
     from bench.session import bench_session
-    from runners.broker import EmbeddedBroker
+    from services.broker import EmbeddedBroker
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     records: List[Dict[str, Any]] = []

@@ -2,7 +2,7 @@
 
 ``python -m pipelines.live --duration 60`` starts, on loopback, and stops again:
 
-1. an embedded Kafka-protocol broker (:mod:`runners.broker`; or ``--bootstrap_servers`` to
+1. an embedded Kafka-protocol broker (:mod:`services.broker`; or ``--bootstrap_servers`` to
    use your own Kafka) with three fresh topics: events (4 partitions), panes, dead letters;
 2. a producer (a thread here) that sends seeded game events (:mod:`pipelines.generator`) at
    their arrival times: event time is *now*, most arrive a second or so later and out of
@@ -121,7 +121,7 @@ def _progress(view: LiveView, started: float, producer: Producer,
 def _stop_job(job: subprocess.Popen, reaped: List[int], job_pids: List[int]) -> None:
     """SIGINT the job (it cancels its run and exits), then SIGTERM / SIGKILL whatever of it
     (its Spark JVM, Python workers) still runs after the grace period."""
-    from runners.processes import descendants, terminate
+    from services.processes import descendants, terminate
 
     if job.poll() is None:
         members = [job.pid] + descendants([job.pid])
@@ -142,8 +142,8 @@ def _stop_job(job: subprocess.Popen, reaped: List[int], job_pids: List[int]) -> 
 
 def run(args: argparse.Namespace) -> RunSummary:
     """One live run (see the module docstring); returns its summary."""
-    from runners.broker import EmbeddedBroker
-    from runners.processes import descendants, process_alive
+    from services.broker import EmbeddedBroker
+    from services.processes import descendants, process_alive
 
     run_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="live-run-"))
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import pytest
 
-from runners.broker import KINDS, EmbeddedBroker
+from services.broker import KINDS, EmbeddedBroker
 from transforms.kafka.polling import poll_records
 
 SESSION_TIMEOUT_MS = int(os.environ.get("KAFKA_SESSION_TIMEOUT_MS", "6000"))

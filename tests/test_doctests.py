@@ -6,7 +6,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ["pipelines", "transforms", "triggers", "runners"]
+PACKAGES = ["bench", "pipelines", "transforms", "triggers", "runners", "services"]
 
 
 def _modules():

@@ -6,8 +6,9 @@ import socket
 
 import pytest
 
-from runners import broker as broker_module
-from runners.broker import (
+from services import broker as broker_module
+from services.state_file import StateFile
+from services.broker import (
     BrokerError,
     EmbeddedBroker,
     broker_answers,
@@ -49,7 +50,7 @@ def test_the_command_line_starts_reports_and_stops_the_broker(kafka_broker_kind,
                                "--state-dir", state_dir]) == 0
     started = capsys.readouterr().out
     assert "--bootstrap_servers=127.0.0.1:" in started
-    state = broker_module._read_state(tmp_path / "state")
+    state = StateFile(tmp_path / "state", broker_module.STATE_FILE_NAME).read()
     try:
         assert broker_module.main(["status", "--state-dir", state_dir]) == 0
         assert state["bootstrap_servers"] in capsys.readouterr().out

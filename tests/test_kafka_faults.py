@@ -31,7 +31,7 @@ from kafka_jobs import (
     topic_panes,
     wait_for_records,
 )
-from runners.broker import EmbeddedBroker
+from services.broker import EmbeddedBroker
 
 PARTITIONS = 4
 PER_PARTITION = 12

@@ -16,7 +16,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from kafka_fixtures import KafkaTestHelper, bootstrap_servers, kafka, kafka_broker  # noqa: F401
-from runners.broker import EmbeddedBroker
+from services.broker import EmbeddedBroker
 from transforms.kafka import ReadFromKafka, WriteToKafka, utf8
 
 

@@ -16,7 +16,7 @@ import pytest
 from apache_beam.transforms import trigger, window
 
 from kafka_fixtures import bootstrap_servers, kafka, kafka_broker  # noqa: F401 (fixtures)
-from runners.broker import free_loopback_port
+from services.broker import free_loopback_port
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from transforms.kafka import ReadFromKafka, WriteToKafka, json_bytes, utf8
 

@@ -9,7 +9,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from kafka_fixtures import bootstrap_servers, kafka, kafka_broker  # noqa: F401  (fixtures)
-from runners.broker import free_loopback_port
+from services.broker import free_loopback_port
 from transforms.kafka.polling import poll_records
 from transforms.kafka import (
     ReadFromKafka,

@@ -7,6 +7,7 @@ The layers, from the top::
     pipelines/  (jobs, live demo)
     transforms/   triggers/     the model's library: Beam only
     runners/                    Beam and Spark; never the library or the jobs
+    services/                   local broker and cluster; the demo and tests start them
 
 Inside the runner, the core (``runners/spark/*.py``) does not import the job server, and only
 ``runners/spark/runner.py`` starts the streaming engine. The graph is read from the source
@@ -25,18 +26,19 @@ from typing import Dict, Iterator, List, Set, Tuple
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-PACKAGES = ("bench", "pipelines", "transforms", "triggers", "runners")
+PACKAGES = ("bench", "pipelines", "transforms", "triggers", "runners", "services")
 
 #: Module-name prefix -> the prefixes its imports may name (besides its own package).
 ALLOWED: Dict[str, Tuple[str, ...]] = {
-    "bench": ("pipelines", "transforms", "triggers", "runners"),
+    "bench": ("pipelines", "transforms", "triggers", "runners", "services"),
     # A job accepts the runner's options and names it; the demo starts local services; the
     # pictures draw the runner's stage graph.
     "pipelines": ("transforms", "triggers", "runners.resolution", "runners.spark.options",
-                  "runners.broker", "runners.processes", "runners.spark.graph"),
+                  "services.broker", "services.processes", "runners.spark.graph"),
     "transforms": (),
     "triggers": (),
     "runners": (),
+    "services": (),
 }
 
 #: Beam modules that are not public API: only ``runners/spark/beam_internals.py`` imports them.

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.processes import process_alive
+from services.processes import process_alive
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable

@@ -1,7 +1,7 @@
 """The loopback Spark standalone cluster: it starts, runs PySpark jobs with the project's
 Python, binds only to 127.0.0.1, and stops every process it started.
 
-The fixtures are thin wrappers over :mod:`runners.cluster` so that other test modules (the
+The fixtures are thin wrappers over :mod:`services.cluster` so that other test modules (the
 SparkRunner's cluster tests) can declare the same ones, or import these.
 """
 
@@ -16,7 +16,7 @@ from typing import Iterator, List, Set
 
 import pytest
 
-from runners.cluster import (
+from services.cluster import (
     StandaloneCluster,
     descendants,
     master_status,
@@ -74,7 +74,7 @@ def test_beam_pipeline_on_the_cluster_gives_the_direct_runners_panes(spark_clust
 #: stdin closes.
 DRIVER_SCRIPT = """
 import json, os, sys
-from runners.cluster import StandaloneCluster
+from services.cluster import StandaloneCluster
 
 cluster = StandaloneCluster.attach(sys.argv[1])
 # A job this small gains nothing from the optimizing JIT; the quick one halves JVM start-up.
@@ -177,7 +177,7 @@ def test_daemons_listen_on_loopback_only(spark_cluster, cluster_driver):
 
 def test_command_line_status_reads_the_state_file(spark_cluster):
     completed = subprocess.run(
-        [sys.executable, "-m", "runners.cluster", "status", "--state-dir",
+        [sys.executable, "-m", "services.cluster", "status", "--state-dir",
          str(spark_cluster.state_dir)],
         capture_output=True, text=True, timeout=60,
     )
@@ -198,7 +198,7 @@ def test_stop_ends_the_daemons_and_their_executors(spark_cluster, cluster_driver
     assert [pid for pid in daemons + below if process_alive(pid)] == []
     assert read_state(spark_cluster.state_dir) is None
     completed = subprocess.run(
-        [sys.executable, "-m", "runners.cluster", "status", "--state-dir",
+        [sys.executable, "-m", "services.cluster", "status", "--state-dir",
          str(spark_cluster.state_dir)],
         capture_output=True, text=True, timeout=60,
     )

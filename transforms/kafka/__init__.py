@@ -8,7 +8,7 @@
   ``acks="all"``, idempotent producer, flushed and checked at every bundle end.
 * :class:`KafkaRecord`, :class:`KafkaDeadLetter` and decoders (``records.py``).
 
-For tests and the demo, ``runners/broker.py`` starts a Kafka-protocol broker on loopback
+For tests and the demo, ``services/broker.py`` starts a Kafka-protocol broker on loopback
 (``make kafka``).
 """
 

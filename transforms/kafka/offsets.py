@@ -1,7 +1,7 @@
 """Kafka client helpers for the source: connecting, listing partitions, resolving offsets.
 
 Everything here runs on a worker with a live ``kafka.KafkaConsumer``. The code is written for
-real Apache Kafka and checked against the two embedded brokers (see ``runners/broker.py``);
+real Apache Kafka and checked against the two embedded brokers (see ``services/broker.py``);
 where a broker answers wrongly the code does not trust one answer alone:
 
 * The log end offset is ``max(end_offsets(tp), highwater(tp) after a fetch)``. On Kafka both

@@ -18,13 +18,13 @@ port, 6066) is disabled; the worker offers 2 cores and 1g. Executors run the dri
 
 Command line (the state file lets ``stop`` run from another process)::
 
-    python -m runners.cluster start [--state-dir DIR]
-    python -m runners.cluster status [--state-dir DIR]
-    python -m runners.cluster stop [--state-dir DIR]
+    python -m services.cluster start [--state-dir DIR]
+    python -m services.cluster status [--state-dir DIR]
+    python -m services.cluster stop [--state-dir DIR]
 
 Python:
 
->>> from runners.cluster import StandaloneCluster
+>>> from services.cluster import StandaloneCluster
 >>> with StandaloneCluster(state_dir="/tmp/doc-cluster") as cluster:  # doctest: +SKIP
 ...     print(cluster.master_url)
 spark://127.0.0.1:40517
@@ -43,17 +43,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from runners.processes import (
+from services.processes import (
     LOOPBACK,
     STOP_GRACE_SECONDS,
     descendants,
     free_loopback_port,
     process_alive,
-    process_command,
     terminate,
 )
+from services.state_file import StateFile, runs_command
 
-#: Where ``python -m runners.cluster`` keeps its state file and logs (git-ignored).
+#: Where ``python -m services.cluster`` keeps its state file and logs (git-ignored).
 DEFAULT_STATE_DIR = Path(__file__).resolve().parent.parent / ".spark-cluster"
 STATE_FILE_NAME = "cluster.json"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -145,7 +145,7 @@ class StandaloneCluster:
         if state is None:
             raise ClusterError(
                 f"no cluster recorded in {state_dir}: start one with "
-                f"python -m runners.cluster start --state-dir {state_dir}"
+                f"python -m services.cluster start --state-dir {state_dir}"
             )
         cluster = cls(state_dir, state["worker_cores"], state["worker_memory"])
         cluster.master_url = state["master_url"]
@@ -220,10 +220,10 @@ class StandaloneCluster:
     def start(self) -> "StandaloneCluster":
         """Start master then worker; return once the worker is registered and alive."""
         existing = read_state(self.state_dir)
-        if existing is not None and any(process_alive(pid) for pid in existing["pids"].values()):
+        if existing is not None and live_daemons(existing):
             raise ClusterError(
                 f"a cluster from {self.state_file} is still running ({existing['master_url']}); "
-                f"stop it first: python -m runners.cluster stop --state-dir {self.state_dir}"
+                f"stop it first: python -m services.cluster stop --state-dir {self.state_dir}"
             )
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         (self.state_dir / "work").mkdir(parents=True, exist_ok=True)
@@ -258,7 +258,7 @@ class StandaloneCluster:
             self.stop()
             raise
         self.startup_seconds = time.monotonic() - began
-        write_state(self.state_dir, {
+        StateFile(self.state_dir, STATE_FILE_NAME).write({
             "master_url": self.master_url,
             "master_web_ui": self.web_ui_url,
             "worker_web_ui": f"http://{LOOPBACK}:{worker_ui_port}",
@@ -308,8 +308,7 @@ class StandaloneCluster:
         terminate(ours, grace_seconds, self._popens)
         # The worker kills its executors on SIGTERM; anything left under it is still ours.
         terminate([pid for pid in below if process_alive(pid)], grace_seconds, {})
-        if self.state_file.exists():
-            self.state_file.unlink()
+        StateFile(self.state_dir, STATE_FILE_NAME).remove()
         self.pids = {}
         self._popens = {}
 
@@ -343,17 +342,15 @@ def use_project_python() -> None:
 
 def read_state(state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR) -> Optional[Dict[str, Any]]:
     """The state written by ``start``, or None when no cluster was started there."""
-    path = Path(state_dir) / STATE_FILE_NAME
-    if not path.exists():
-        return None
-    return json.loads(path.read_text())
+    return StateFile(state_dir, STATE_FILE_NAME).read()
 
 
-def write_state(state_dir: Path, state: Dict[str, Any]) -> None:
-    path = state_dir / STATE_FILE_NAME
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(state, indent=2) + "\n")
-    temporary.replace(path)
+def live_daemons(state: Dict[str, Any]) -> Dict[str, int]:
+    """Role -> PID of the recorded daemons that still run Spark's master or worker class (a
+    PID reused by another process after a reboot is not ours)."""
+    expected = {"master": MASTER_CLASS, "worker": WORKER_CLASS}
+    return {role: pid for role, pid in state["pids"].items()
+            if runs_command(pid, expected.get(role, "?"))}
 
 
 def stop_from_state(state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR) -> bool:
@@ -366,18 +363,14 @@ def stop_from_state(state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR) -> 
     if state is None:
         return False
     cluster = StandaloneCluster.attach(state_dir)
-    expected = {"master": MASTER_CLASS, "worker": WORKER_CLASS}
-    cluster.pids = {
-        role: pid for role, pid in cluster.pids.items()
-        if process_alive(pid) and expected.get(role, "?") in process_command(pid)
-    }
+    cluster.pids = live_daemons(state)
     cluster.stop()
     return True
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m runners.cluster",
+        prog="python -m services.cluster",
         description="A Spark standalone cluster (1 master, 1 worker) on 127.0.0.1.",
     )
     parser.add_argument("action", choices=["start", "stop", "status"])
@@ -388,7 +381,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     arguments = parser.parse_args(argv)
     state_dir = arguments.state_dir
     state = read_state(state_dir)
-    running = state is not None and any(process_alive(pid) for pid in state["pids"].values())
+    running = state is not None and bool(live_daemons(state))
     if arguments.action == "status":
         if not running:
             print("not running")

