@@ -1,9 +1,9 @@
 """Failures a user can act on: their own exceptions, and pipelines the runner cannot run.
 
 A user's exception reaches them as their own type and message, naming the transform, on
-both runners. A pipeline the SparkRunner cannot run (TestStream or ``--streaming`` for
-now, a transform of another SDK) is refused while planning, naming the transform and the
-reason, before any Spark job starts.
+both runners. A pipeline the SparkRunner cannot run (an unbounded source that is neither a
+splittable DoFn nor a TestStream, a transform of another SDK) is refused while planning,
+naming the transform and the reason, before any Spark job starts.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing import test_stream
 from apache_beam.transforms import environments
 
 from runners.spark import planning, support
+from runners.spark.beam_internals import beam_runner_api_pb2
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 
@@ -60,17 +60,7 @@ def _last_job_id(spark_context) -> int:
     return max(spark_context.statusTracker().getJobIdsForGroup(None))
 
 
-@pytest.mark.parametrize("runner_name", ["SparkRunner"], indirect=True)
-def test_test_stream_is_refused_before_spark_runs(runner, spark_session):
-    before = _last_job_id(spark_session.sparkContext)
-    pipeline = beam.Pipeline(runner=runner, options=PipelineOptions())
-    _ = pipeline | "Events" >> test_stream.TestStream().add_elements([1, 2]) | beam.Map(lambda x: x)
-    with pytest.raises(planning.UnsupportedPipelineError, match="'Events'.*not supported yet"):
-        pipeline.run()
-    assert _last_job_id(spark_session.sparkContext) == before + 1
-
-
-def test_transform_of_another_sdk_is_refused():
+def _pipeline_with_a_java_step() -> beam_runner_api_pb2.Pipeline:
     pipeline = beam.Pipeline()
     _ = pipeline | beam.Create([1]) | "JavaStep" >> beam.Map(lambda x: x)
     proto = pipeline.to_runner_api(
@@ -80,8 +70,20 @@ def test_transform_of_another_sdk_is_refused():
     for transform in proto.components.transforms.values():
         if transform.unique_name.startswith("JavaStep"):
             transform.environment_id = "java"
+    return proto
+
+
+def test_transform_of_another_sdk_is_refused():
     with pytest.raises(planning.UnsupportedPipelineError, match="'JavaStep.*another SDK"):
-        support.check_supported(proto, PipelineOptions())
+        support.check_supported(_pipeline_with_a_java_step(), streaming=False)
+
+
+@pytest.mark.parametrize("runner_name", ["SparkRunner"], indirect=True)
+def test_an_unsupported_pipeline_is_refused_before_spark_runs(runner, spark_session):
+    before = _last_job_id(spark_session.sparkContext)
+    with pytest.raises(planning.UnsupportedPipelineError, match="'JavaStep.*another SDK"):
+        runner.run_portable_pipeline(_pipeline_with_a_java_step(), PipelineOptions())
+    assert _last_job_id(spark_session.sparkContext) == before + 1
 
 
 def test_bad_runner_options_are_rejected():

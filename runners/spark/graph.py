@@ -32,9 +32,9 @@ import shutil
 import subprocess
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from runners.spark import planning
+from runners.spark import planning, support
 from runners.spark.beam_internals import (
     DATA_INPUT_URN,
     DATA_OUTPUT_URN,
@@ -99,8 +99,9 @@ def fused_stage_graph(pipeline: Any, options: Optional[PipelineOptions] = None) 
     sets deterministic key coders on GroupByKey inputs, as a run would).
     """
     options = options or pipeline.options or PipelineOptions()
-    streaming = bool(options.view_as(StandardOptions).streaming)
-    plan = planning.plan(planning.pipeline_proto(pipeline, options), streaming=streaming)
+    proto = planning.pipeline_proto(pipeline, options)
+    streaming = support.runs_in_streaming(proto, options)
+    plan = planning.plan(proto, streaming=streaming)
     stages: List[Stage] = []
     producers: Dict[bytes, List[str]] = {}  # buffer -> nodes writing it
     consumers: Dict[bytes, List[Tuple[str, str]]] = {}  # buffer -> (node, style) reading it

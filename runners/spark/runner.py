@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any, Optional
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner
 from pyspark import SparkConf, SparkContext
 
@@ -67,8 +67,8 @@ class SparkRunner(PipelineRunner):
         """Run a portable pipeline proto (``beam_runner_api_pb2.Pipeline``), e.g. one a job
         server received; its environments must already be ones this process can execute."""
         view = spark_options.validated(options)
-        support.check_supported(proto, options)
-        streaming = bool(options.view_as(StandardOptions).streaming)
+        streaming = support.runs_in_streaming(proto, options, log_switch=True)
+        support.check_supported(proto, streaming)
         if view.checkpoint_dir and not streaming:
             raise ValueError(f"--checkpoint_dir={view.checkpoint_dir}: checkpoints are for "
                              "--streaming runs (a batch run restarts from its input)")

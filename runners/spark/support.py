@@ -1,24 +1,29 @@
 """What the Spark runner can run, in batch and in streaming: checked before any Spark job.
 
-One check for both modes (:func:`check_supported`). Everywhere: transforms must be Python
+The mode first (:func:`runs_in_streaming`): ``--streaming``, or a pipeline that needs it, a
+TestStream or an unbounded PCollection, as Beam's DirectRunner switches by itself. Then one
+check for both modes (:func:`check_supported`). Everywhere: transforms must be Python
 (the runner's own workers run them) or executed by the runner (Impulse, GroupByKey,
 Flatten, Reshuffle); the pipeline's requirements must be ones the runner meets; timers are
-in event or processing time. In batch, a TestStream or an unbounded PCollection is refused
-(with what to pass instead). In streaming, TestStream, bounded sources and splittable DoFns
+in event or processing time. In streaming, TestStream, bounded sources and splittable DoFns
 (unbounded ones included) feed the micro-batch loop; any other transform that makes an
-unbounded PCollection out of bounded input (a legacy ``UnboundedSource`` read) is refused.
+unbounded PCollection out of bounded input (a primitive Read of a custom source) is refused.
 
 >>> import apache_beam as beam
 >>> from apache_beam.options.pipeline_options import PipelineOptions
 >>> from runners.spark.planning import pipeline_proto
 >>> pipeline = beam.Pipeline()
 >>> _ = pipeline | beam.Create([1]) | beam.Map(str)
->>> check_supported(pipeline_proto(pipeline, pipeline.options), PipelineOptions())
+>>> proto = pipeline_proto(pipeline, pipeline.options)
+>>> runs_in_streaming(proto, PipelineOptions())
+False
+>>> check_supported(proto, streaming=False)
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import logging
+from typing import Any, Iterator, Optional
 
 from apache_beam.options.pipeline_options import StandardOptions
 
@@ -41,21 +46,51 @@ SUPPORTED_REQUIREMENTS = frozenset([
     common_urns.requirements.REQUIRES_BUNDLE_FINALIZATION.urn,
     common_urns.requirements.REQUIRES_SPLITTABLE_DOFN.urn,
 ])
+_LOG = logging.getLogger(__name__)
 _TIME_DOMAINS = (beam_runner_api_pb2.TimeDomain.EVENT_TIME,
                  beam_runner_api_pb2.TimeDomain.PROCESSING_TIME)
 _UNBOUNDED_IN_BATCH = (
     "unbounded PCollections need --streaming (the Spark runner's micro-batch loop); "
     "batch execution of unbounded sources is not supported yet")
 _UNBOUNDED_SOURCE = (
-    "unbounded sources other than TestStream and splittable DoFns (e.g. a legacy "
-    "UnboundedSource read) are not supported by the Spark runner's streaming loop; write the "
-    "source as a splittable DoFn, or run it on the DirectRunner")
+    "unbounded sources other than TestStream and splittable DoFns (e.g. a primitive Read of "
+    "a source that is neither a BoundedSource nor an UnboundedSource) are not supported by "
+    "the Spark runner's streaming loop; write the source as a splittable DoFn (Beam reads an "
+    "UnboundedSource as one), or run it on the DirectRunner")
 
 
-def check_supported(proto: beam_runner_api_pb2.Pipeline, options: Any) -> None:
+def streaming_reason(proto: beam_runner_api_pb2.Pipeline) -> Optional[str]:
+    """Why ``proto`` can only run in streaming (its first TestStream, or the first transform
+    that makes an unbounded PCollection), or None when it can run in batch."""
+    components = proto.components
+    for transform in leaf_transforms(proto):
+        if transform.spec.urn == common_urns.primitives.TEST_STREAM.urn:
+            return f"transform {transform.unique_name!r} is a TestStream"
+        for pcollection_id in transform.outputs.values():
+            if (components.pcollections[pcollection_id].is_bounded
+                    == beam_runner_api_pb2.IsBounded.UNBOUNDED):
+                return f"transform {transform.unique_name!r} makes an unbounded PCollection"
+    return None
+
+
+def runs_in_streaming(proto: beam_runner_api_pb2.Pipeline, options: Any,
+                      log_switch: bool = False) -> bool:
+    """Whether the runner runs ``proto`` in streaming: with ``--streaming``, or, as Beam's
+    DirectRunner does, by itself when the pipeline needs it (``log_switch``: say so in one
+    INFO line; the run does, not every check before it)."""
+    if options.view_as(StandardOptions).streaming:
+        return True
+    reason = streaming_reason(proto)
+    if reason is None:
+        return False
+    if log_switch:
+        _LOG.info("running in streaming (micro-batches) without --streaming: %s", reason)
+    return True
+
+
+def check_supported(proto: beam_runner_api_pb2.Pipeline, streaming: bool) -> None:
     """Raise :class:`UnsupportedPipelineError` naming the first transform the runner cannot
-    run in the mode ``options`` ask for (``--streaming`` or batch)."""
-    streaming = bool(options.view_as(StandardOptions).streaming)
+    run in the given mode (streaming or batch)."""
     for requirement in proto.requirements:
         if requirement not in SUPPORTED_REQUIREMENTS:
             raise UnsupportedPipelineError(

@@ -418,9 +418,11 @@ class ReadFromKafka(beam.PTransform):
 
         config = self._config
         pipeline = pbegin.pipeline
-        # A runner that plans micro-batches says so (the SparkRunner, in streaming).
-        planned = (bool(pipeline.options.view_as(StandardOptions).streaming)
-                   and bool(getattr(pipeline.runner, "plans_micro_batches", False)))
+        # A runner that plans micro-batches says so (the SparkRunner, in streaming: with
+        # --streaming, or by itself for an unbounded read, as the DirectRunner switches).
+        streaming = (bool(pipeline.options.view_as(StandardOptions).streaming)
+                     or not config.is_bounded)
+        planned = streaming and bool(getattr(pipeline.runner, "plans_micro_batches", False))
         config = self._config = config._replace(planned=planned)
         reader = _ReadPartitionFn if config.is_bounded else _ReadUnboundedPartitionFn
         return (

@@ -181,7 +181,8 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
         self._options = job_options(options)
         try:
             spark_options.validated(self._options)
-            support.check_supported(self._executable, self._options)
+            support.check_supported(
+                self._executable, support.runs_in_streaming(self._executable, self._options))
         except (ValueError, planning.UnsupportedPipelineError) as error:
             raise InvalidJobError(str(error)) from error
         self._lock = threading.Lock()
