@@ -17,6 +17,8 @@ import pytest
 from apache_beam import coders
 from apache_beam.coders import VarIntCoder
 from apache_beam.coders.coders import IntervalWindowCoder
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline, test_stream
 from apache_beam.testing.util import TestWindowedValue, assert_that, equal_to
@@ -328,3 +330,63 @@ def test_reshuffle_keeps_every_window_of_an_element(make_pipeline, streaming):
                                          ("b", 7.0, (0.0, 10.0), UNKNOWN_PANE),
                                          ("b", 7.0, (5.0, 15.0), UNKNOWN_PANE)]))
 
+
+class UpdateEveryMetric(beam.DoFn):
+    """Updates a metric of each kind from every element, under the step ``step``."""
+
+    def __init__(self, step: str) -> None:
+        self.step = step
+
+    def process(self, element):
+        Metrics.counter("conformance", f"{self.step}-count").inc()
+        Metrics.distribution("conformance", f"{self.step}-sizes").update(element)
+        Metrics.gauge("conformance", f"{self.step}-latest").set(element)
+        Metrics.string_set("conformance", f"{self.step}-names").add(f"n{element}")
+        Metrics.bounded_trie("conformance", f"{self.step}-paths").add(
+            ("root", f"branch{element % 3}", f"leaf{element}"))
+        yield element % 4, element
+
+
+def metric_values(result, step: str) -> dict:
+    """Committed values of the metrics ``UpdateEveryMetric(step)`` updates, by kind."""
+    found = result.metrics().query(MetricsFilter().with_namespace("conformance"))
+    def only(kind, name):
+        values = [item.committed for item in found[kind] if item.key.metric.name == name]
+        assert len(values) == 1, (kind, name, found[kind])
+        return values[0]
+    distribution = only("distributions", f"{step}-sizes")
+    return {
+        "count": only("counters", f"{step}-count"),
+        "sizes": (distribution.count, distribution.sum, distribution.min, distribution.max),
+        "latest": only("gauges", f"{step}-latest").value,
+        "names": set(only("string_sets", f"{step}-names")),
+        "paths": only("bounded_tries", f"{step}-paths").get_result(),
+    }
+
+
+ELEMENTS = list(range(1, 41))
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["batch", "streaming"])
+def test_metrics_of_every_kind_merge_across_bundles_tasks_and_stages(runner, streaming):
+    pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(
+        streaming=streaming, **({"bundle_size": 3} if runner.__class__.__name__ == "SparkRunner"
+                                else {})))
+    _ = (pipeline
+         | beam.Create(ELEMENTS)
+         | beam.Reshuffle()
+         | "Before" >> beam.ParDo(UpdateEveryMetric("before"))
+         | beam.GroupByKey()
+         | beam.FlatMapTuple(lambda key, values: values)
+         | "After" >> beam.ParDo(UpdateEveryMetric("after")))
+    result = pipeline.run()
+    result.wait_until_finish()
+    for step in ("before", "after"):
+        values = metric_values(result, step)
+        assert values["count"] == len(ELEMENTS)
+        assert values["sizes"] == (len(ELEMENTS), sum(ELEMENTS), 1, 40)
+        assert values["latest"] in ELEMENTS  # the value of the latest update, whichever it was
+        assert values["names"] == {f"n{element}" for element in ELEMENTS}
+        # A bounded trie's result: each path, flagged False when it was not truncated.
+        assert values["paths"] == {("root", f"branch{element % 3}", f"leaf{element}", False)
+                                   for element in ELEMENTS}
