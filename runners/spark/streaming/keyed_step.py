@@ -6,7 +6,9 @@ the partitions reported after the step last ran (:class:`~runners.spark.records.
 enough to know, without any Spark job, whether the step has anything to do in a batch (new
 input, or a timer or window expiry due at the new watermark or clock) and what its output
 watermark is. Watermarks follow Beam's DirectRunner: the output watermark is the input
-watermark, or for a GroupByKey ``min(input watermark, the keys' watermark holds)``.
+watermark, or for a GroupByKey ``min(input watermark, the keys' watermark holds)``, and
+never moves back: late data can set a hold behind it (Beam's trigger driver holds a late
+element's window at its end), which must not make later data of that window look early.
 
 >>> from apache_beam.utils.timestamp import Timestamp
 >>> step = KeyedStep("Sum/GroupByKey", holds=True)
@@ -69,7 +71,10 @@ class KeyedStep:
     def skip(self, input_watermark: Timestamp) -> None:
         """Nothing to do at this watermark: only the watermarks move."""
         self.input_watermark = max(self.input_watermark, input_watermark)
-        self.output_watermark = min(self.input_watermark, self.hold)
+        self._advance_output_watermark()
+
+    def _advance_output_watermark(self) -> None:
+        self.output_watermark = max(self.output_watermark, min(self.input_watermark, self.hold))
 
     def apply(self, reports: List[StepReport], input_watermark: Timestamp, clock: float) -> None:
         """What the step's partitions reported after running at ``input_watermark``."""
@@ -82,7 +87,7 @@ class KeyedStep:
         self.input_watermark = max(self.input_watermark, input_watermark)
         holds = [report.hold for report in reports if report.hold is not None]
         self.hold = (Timestamp(micros=min(holds)) if self.holds and holds else MAX_TIMESTAMP)
-        self.output_watermark = min(self.input_watermark, self.hold)
+        self._advance_output_watermark()
         self.keys = sum(report.keys for report in reports)
         self.state_bytes = sum(report.state_bytes for report in reports)
         self.inputs += sum(report.inputs for report in reports)
