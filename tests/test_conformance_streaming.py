@@ -14,6 +14,7 @@ import pytest
 from apache_beam.testing import test_stream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import trigger, window
+from apache_beam.transforms.util import BatchElements
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
 
@@ -114,3 +115,61 @@ def test_output_time_of_data_behind_the_watermark_is_not_held_behind_it(make_pip
                  | beam.ParDo(DescribePane()))
         assert_that(panes, equal_to([
             ("k", [2, 3, 7, 8], (0.0, 10.0), 7.0, (PaneInfoTiming.ON_TIME, 0, 0, True, False))]))
+
+
+class StoppedClock:
+    """A clock that never moves by itself (BatchElements reads it for its batch deadline)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_batch_elements_flushes_on_its_processing_time_timer(make_pipeline):
+    # Beam's own util_test: ten elements, 5 s of processing time apart, into batches of up to
+    # 20 that wait at most 42 s: one batch when the buffering timer fires, one at the end.
+    events = test_stream.TestStream().advance_watermark_to(0)
+    for position in range(10):
+        events = (events.add_elements([window.TimestampedValue(f"scientist{position}", position)])
+                  .advance_processing_time(5))
+    events = events.advance_watermark_to(11).advance_watermark_to_infinity()
+    with make_pipeline(streaming=True) as pipeline:
+        sizes = (pipeline
+                 | events
+                 | beam.WindowInto(window.GlobalWindows(),
+                                   trigger=trigger.Repeatedly(trigger.AfterCount(1)),
+                                   accumulation_mode=trigger.AccumulationMode.DISCARDING)
+                 | BatchElements(min_batch_size=20, max_batch_size=20,
+                                 max_batch_duration_secs=42, clock=StoppedClock(0))
+                 | beam.Map(lambda batch: (None, len(batch)))
+                 | beam.GroupByKey()
+                 | beam.FlatMapTuple(lambda unused_key, counts: counts))
+        assert_that(sizes, equal_to([9, 1]))
+
+
+def test_batch_elements_flushes_by_size_timer_and_window_end(make_pipeline):
+    # Beam's own util_test: windows of 6 s, batches of 5 that wait at most 100 s.
+    events = (test_stream.TestStream()
+              .add_elements([window.TimestampedValue(f"scientist{position}", position)
+                             for position in range(10)])
+              .advance_processing_time(150)
+              .advance_watermark_to(6)
+              .advance_watermark_to(7)
+              .advance_watermark_to_infinity())
+    with make_pipeline(streaming=True) as pipeline:
+        sizes = (pipeline
+                 | events
+                 | beam.WindowInto(window.FixedWindows(6))
+                 | BatchElements(min_batch_size=5, max_batch_size=5,
+                                 max_batch_duration_secs=100, clock=StoppedClock(0))
+                 | beam.Map(lambda batch: (None, len(batch)))
+                 | beam.GroupByKey()
+                 | "Global" >> beam.WindowInto(window.GlobalWindows())
+                 | beam.FlatMapTuple(lambda unused_key, counts: counts))
+        # [0, 6): a full batch of 5, then 1 when the buffering timer fires; [6, 12): 4 at its end.
+        assert_that(sizes, equal_to([5, 1, 4]))

@@ -13,6 +13,7 @@ The runner's other modules import Beam internals from here only.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import apache_beam
@@ -197,6 +198,29 @@ def _initialize_the_global_window_once() -> None:
 
 
 _initialize_the_global_window_once()
+
+def _key_batches_per_executor() -> None:
+    """``BatchElements`` with a maximum buffering duration keys every element with a UUID
+    made once per process (``util.SharedKey``): one batch per SDK worker. A Spark executor
+    runs its Python tasks in several processes forked from one daemon (runners/spark/
+    daemon.py), where Beam's portable runners run one SDK worker with several threads, so a
+    key per process split one worker's batches into one per task slot: more, smaller
+    batches than the DirectRunner's. Made here, once, the key is made in the daemon before it
+    forks: one per executor."""
+    from apache_beam.transforms import util
+
+    if getattr(util.SharedKey, "made_once_by_spark_runner", False):
+        return
+    key = uuid.uuid4().hex
+
+    def __init__(self) -> None:
+        self.key = key
+
+    util.SharedKey.__init__ = __init__
+    util.SharedKey.made_once_by_spark_runner = True
+
+
+_key_batches_per_executor()
 
 #: How often a bundle's execution-time sampler wakes (ms), at most.
 STATE_SAMPLING_PERIOD_MS = 10
