@@ -10,7 +10,7 @@ setup(
         "run on Apache Spark through PySpark, with Kafka as the log and TestStream as the proof."
     ),
     python_requires=">=3.10",
-    packages=find_packages(include=["pipelines*", "transforms*", "triggers*", "runners*", "services*"]),
+    packages=find_packages(include=["pipelines*", "transforms*", "triggers*", "runners*", "services*", "pictures*"]),
     package_data={"pipelines": ["data/*"]},
     install_requires=[
         # The Spark runner uses Beam internals (fusion, the in-process SDK harness):

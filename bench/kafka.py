@@ -397,7 +397,7 @@ def measure(arguments: argparse.Namespace, session: Any, servers: str, rate: flo
     """One rate on fresh topics: start the job, produce, drain, stop the job; summarize."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.live_kafka import create_topics
+    from pipelines.live.kafka_topics import create_topics
     from runners.spark import SparkRunner
 
     run = uuid.uuid4().hex[:8]

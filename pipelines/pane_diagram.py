@@ -51,58 +51,17 @@ from __future__ import annotations
 
 import math
 import typing
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from apache_beam.transforms.core import CombineFn
 from apache_beam.transforms.window import WindowFn
 from apache_beam.utils.timestamp import Timestamp
 
+from pictures.diagram import BatchRecord, InputPoint, PaneDiagram, PaneMark
 from pipelines.generator import GeneratedRecord
 from pipelines.replay import ReplayStep
 
 Elements = Callable[[GeneratedRecord], Iterable[Tuple[Any, Any]]]
-
-
-class InputPoint(NamedTuple):
-    """An input element: its arrival (s since the replay began), event time, and lateness."""
-
-    arrival: float
-    event_time: float
-    late: bool
-
-
-class PaneMark(NamedTuple):
-    """A pane placed in the diagram; ``fire_time`` is None when no tick matches its value."""
-
-    key: Any
-    value: Any
-    window: Tuple[float, float]
-    timing: str
-    index: int
-    fire_time: Optional[float]
-    fire_time_latest: Optional[float]
-    exact: bool
-
-
-class PaneDiagram(NamedTuple):
-    """Everything the pane diagram draws: inputs, watermark steps, panes, windows, keys."""
-
-    inputs: List[InputPoint]
-    watermark: List[Tuple[float, float]]
-    panes: List[PaneMark]
-    windows: List[Tuple[float, float]]
-    keys: List[Any]
-    end_time: float
-
-
-class BatchRecord(NamedTuple):
-    """One (micro-)batch of a run: when, how many events, the watermark after it, and the
-    newest event time seen so far (None when unknown)."""
-
-    time: float
-    events: int
-    watermark: Optional[float]
-    newest_event_time: Optional[float]
 
 
 def _seconds(timestamp: Timestamp) -> float:
@@ -252,16 +211,6 @@ def replay_batches(steps: Sequence[ReplayStep]) -> List[BatchRecord]:
             watermark = step.watermark
         batches.append(BatchRecord(step.processing_time, len(step.records), watermark, newest))
     return batches
-
-
-def watermark_lag(batches: Sequence[BatchRecord]) -> List[Tuple[float, Optional[float]]]:
-    """(time, newest event time - watermark) per batch; None where either is unknown.
-
-    >>> watermark_lag([BatchRecord(0.0, 2, 90.0, 100.0), BatchRecord(1.0, 0, None, None)])
-    [(0.0, 10.0), (1.0, None)]
-    """
-    return [(batch.time, None if batch.watermark is None or batch.newest_event_time is None
-             else batch.newest_event_time - batch.watermark) for batch in batches]
 
 
 def typed_elements(event_type: type, pairs: Callable[[Any], Iterable[Tuple[Any, Any]]]

@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.testing.test_stream import TestStream

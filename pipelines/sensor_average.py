@@ -43,7 +43,7 @@ from apache_beam.runners.runner import PipelineResult
 from pipelines.events import SensorReading
 from pipelines.options import job_parser, parse_job_options, positive_int, positive_seconds
 from pipelines.output import WriteDeadLetters, WritePanes, WriteRecords, run_to_completion
-from pipelines.plots import job_plot, report_pictures
+from pipelines.job_pictures import job_plot, report_pictures
 from pipelines.sources import ReadEvents
 from pipelines.team_scores import late_and_early_when
 from transforms.aggregations import MeanCombineFn

@@ -45,7 +45,7 @@ from pipelines.events import GameEvent
 from pipelines.kafka_events import ReadKafkaEvents, WritePanesToKafka
 from pipelines.options import job_parser, parse_job_options
 from pipelines.output import WriteDeadLetters, WritePanes, WriteRecords, run_to_completion
-from pipelines.plots import job_plot, report_pictures
+from pipelines.job_pictures import job_plot, report_pictures
 from pipelines.sources import ReadEvents
 from transforms.aggregations import SumFn
 from transforms.windows import fixed_windows

@@ -6,7 +6,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ["bench", "pipelines", "transforms", "triggers", "runners", "services"]
+PACKAGES = ["bench", "pictures", "pipelines", "transforms", "triggers", "runners", "services"]
 
 
 def _modules():

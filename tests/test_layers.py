@@ -5,6 +5,7 @@ The layers, from the top::
 
     bench/                      may import everything below
     pipelines/  (jobs, live demo)
+    pictures/                   draws plain data (matplotlib); runs nothing
     transforms/   triggers/     the model's library: Beam only
     runners/                    Beam and Spark; never the library or the jobs
     services/                   local broker and cluster; the demo and tests start them
@@ -26,15 +27,16 @@ from typing import Dict, Iterator, List, Set, Tuple
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-PACKAGES = ("bench", "pipelines", "transforms", "triggers", "runners", "services")
+PACKAGES = ("bench", "pictures", "pipelines", "transforms", "triggers", "runners", "services")
 
 #: Module-name prefix -> the prefixes its imports may name (besides its own package).
 ALLOWED: Dict[str, Tuple[str, ...]] = {
-    "bench": ("pipelines", "transforms", "triggers", "runners", "services"),
-    # A job accepts the runner's options and names it; the demo starts local services; the
-    # pictures draw the runner's stage graph.
-    "pipelines": ("transforms", "triggers", "runners.resolution", "runners.spark.options",
-                  "services.broker", "services.processes", "runners.spark.graph"),
+    "bench": ("pictures", "pipelines", "transforms", "triggers", "runners", "services"),
+    # A job accepts the runner's options and names it, and draws the runner's stage graph
+    # (--graph); the demo starts local services.
+    "pipelines": ("pictures", "transforms", "triggers", "runners.resolution",
+                  "runners.spark.options", "runners.spark.graph", "services"),
+    "pictures": (),
     "transforms": (),
     "triggers": (),
     "runners": (),

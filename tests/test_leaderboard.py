@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.leaderboard import Leaderboard
+from pipelines.live.leaderboard import Leaderboard
 from triggers.panes import pane_record
 
 FIRST = (0, 60)
@@ -107,9 +107,9 @@ def test_a_record_without_a_described_window_is_refused():
                               "pane": {"timing": "EARLY", "index": 0}})
 
 
-# ---- the live console of `make run` (pipelines.live_console) ----------------------------
+# ---- the live console of `make run` (pipelines.live.console) ----------------------------
 
-from pipelines.live_console import LiveView, RunSummary, format_summary, progress_line  # noqa: E402
+from pipelines.live.console import LiveView, RunSummary, format_summary, progress_line  # noqa: E402
 
 
 def test_the_live_view_counts_panes_by_timing_and_renders_the_board_under_the_progress():

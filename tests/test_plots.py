@@ -15,18 +15,11 @@ from matplotlib import image as matplotlib_image
 
 from pipelines import team_scores
 from pipelines.events import GameEvent
+from pictures.diagram import BatchRecord, InputPoint, PaneMark, watermark_lag
+from pictures.plots import TIMING_STYLE, companion_path, draw_pane_diagram, draw_throughput
 from pipelines.generator import GeneratedRecord
 from pipelines.output import WriteJsonLines
-from pipelines.pane_diagram import (
-    BatchRecord,
-    InputPoint,
-    PaneMark,
-    pane_diagram,
-    replay_batches,
-    typed_elements,
-    watermark_lag,
-)
-from pipelines.plots import TIMING_STYLE, companion_path, draw_pane_diagram, draw_throughput
+from pipelines.pane_diagram import pane_diagram, replay_batches, typed_elements
 from pipelines.replay import Replay, plan_replay
 from pipelines.team_scores import TeamScores
 from transforms.aggregations import SumFn
@@ -223,8 +216,8 @@ def test_float_values_match_within_rounding():
 
 # ---- the pictures of a live run (make run): observed panes, the runner's batch report ----
 
-from pipelines.live_pictures import live_pane_diagram, report_batches  # noqa: E402
-from pipelines.streaming_report import ReportTail  # noqa: E402
+from pipelines.live.pictures import live_pane_diagram, report_batches  # noqa: E402
+from pipelines.live.report import ReportTail  # noqa: E402
 
 
 def _report_line(batch, at, elements, watermark):
@@ -253,7 +246,7 @@ def test_the_streaming_report_is_read_as_it_grows(tmp_path):
 def _live_run():
     lines = [_report_line(0, 100.0, 30, None), _report_line(1, 101.0, 12, 95.0),
              _report_line(2, 102.0, 20, 99.5)]
-    from pipelines.streaming_report import parse_report_line
+    from pipelines.live.report import parse_report_line
 
     reports = [parse_report_line(line) for line in lines]
     sent = [(100.5, _game(96.0, 0, "red", 2)), (101.5, _game(96.5, 0, "blue", 3)),
@@ -290,7 +283,7 @@ def test_the_live_pane_diagram_draws_what_was_sent_seen_and_reported():
 
 
 def test_the_live_figures_are_real_pictures(tmp_path):
-    from pipelines.live_pictures import draw_live_pictures
+    from pipelines.live.pictures import draw_live_pictures
 
     sent, panes, reports = _live_run()
 
@@ -313,7 +306,7 @@ def test_the_live_figures_are_real_pictures(tmp_path):
 
 
 def test_the_benchmark_figure_draws_the_results_files(tmp_path):
-    from pipelines.bench_figure import draw_benchmarks, read_results, throughputs
+    from pictures.bench_figure import draw_benchmarks, read_results, throughputs
 
     results = tmp_path / "run.jsonl"
     rows = [{"workload": "global_sum", "engine": engine, "status": "ok", "agrees": True,

@@ -10,7 +10,7 @@ that watermark when it was sent.
 Example (the data behind the figures):
 
 >>> from pipelines.generator import GeneratedRecord
->>> from pipelines.streaming_report import BatchReport
+>>> from pipelines.live.report import BatchReport
 >>> reports = [BatchReport(0, 101.0, 100.8, 5, 5.0, 80, 95.0, 5.8),
 ...            BatchReport(1, 102.0, 101.8, 3, 3.0, 70, 99.0, 2.8)]
 >>> sent = [(101.5, GeneratedRecord(96.0, 101.5, {"team": "red", "score": 2})),
@@ -31,9 +31,9 @@ from __future__ import annotations
 import bisect
 from typing import Any, List, Sequence, Tuple
 
+from pictures.diagram import BatchRecord, InputPoint, PaneDiagram, PaneMark
 from pipelines.generator import GeneratedRecord
-from pipelines.pane_diagram import BatchRecord, InputPoint, PaneDiagram, PaneMark
-from pipelines.streaming_report import BatchReport
+from pipelines.live.report import BatchReport
 
 
 def live_pane_diagram(sent: Sequence[Tuple[float, GeneratedRecord]],
@@ -80,7 +80,7 @@ def draw_live_pictures(path: str, producer: Any, panes: Sequence[Tuple[float, di
     """Draw both figures of a live run (``path`` and ``path`` + ``-throughput``)."""
     import os
 
-    from pipelines.plots import companion_path, draw_pane_diagram, draw_throughput
+    from pictures.plots import companion_path, draw_pane_diagram, draw_throughput
 
     directory = os.path.dirname(path)
     if directory:

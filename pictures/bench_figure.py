@@ -10,7 +10,7 @@ and an agreeing answer are drawn; the figure's title says how many runs it summa
 
 Command line::
 
-    python -m pipelines.bench_figure bench/results/*.jsonl --output docs/benchmarks.png
+    python -m pictures.bench_figure bench/results/*.jsonl --output docs/benchmarks.png
 
 Example (the data behind the figure):
 
@@ -63,7 +63,7 @@ def throughputs(records: Iterable[dict], events: int) -> Dict[str, Dict[str, Lis
 def draw_benchmarks(records: Sequence[dict], path: str, events: Optional[int] = None) -> str:
     """Draw the throughput figure to ``path``; ``events`` picks the run size (default: the
     largest size in ``records``). Returns ``path``."""
-    from pipelines.plots import _pyplot
+    from pictures.plots import pyplot_for_files
 
     sizes = [record["events"] for record in records if record.get("events")]
     if not sizes:
@@ -73,7 +73,7 @@ def draw_benchmarks(records: Sequence[dict], path: str, events: Optional[int] = 
     if not data:
         raise ValueError(f"no good benchmark run of {events} events in the results")
     runs = len({record.get("run_id") for record in records if record.get("events") == events})
-    pyplot = _pyplot()
+    pyplot = pyplot_for_files()
     figure, axes = pyplot.subplots(figsize=(10, 5), dpi=100)
     workloads = sorted(data)
     width = 0.8 / len(ENGINES)
@@ -104,7 +104,7 @@ def draw_benchmarks(records: Sequence[dict], path: str, events: Optional[int] = 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m pipelines.bench_figure",
+    parser = argparse.ArgumentParser(prog="python -m pictures.bench_figure",
                                      description="Draw bench/results/*.jsonl as a figure.")
     parser.add_argument("results", nargs="+", help="results files (JSON lines)")
     parser.add_argument("--output", required=True, help="the figure (.png, .svg or .pdf)")

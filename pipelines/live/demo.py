@@ -11,7 +11,7 @@
    streaming (wall-clock micro-batches of ``--batch_interval_seconds``), as a child process
    that reads the events topic and writes every pane to the panes topic;
 4. a consumer of the panes topic (a thread) that feeds the live leaderboard
-   (:mod:`pipelines.live_console`), printed under a progress line read from the job's
+   (:mod:`pipelines.live.console`), printed under a progress line read from the job's
    ``--streaming_report``.
 
 The job streams for ``--duration`` seconds after its first micro-batch (Spark's start-up
@@ -47,12 +47,12 @@ import uuid
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from pipelines.live_console import (LiveView, RunSummary, format_summary, median,
+from pipelines.live.console import (LiveView, RunSummary, format_summary, median,
                                     pane_latencies, progress_line)
-from pipelines.live_kafka import PaneReader, Producer, count_records, create_topics
-from pipelines.streaming_report import BatchReport, ReportTail
+from pipelines.live.kafka_topics import PaneReader, Producer, count_records, create_topics
+from pipelines.live.report import BatchReport, ReportTail
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
 #: Seconds Spark and the job get to start before the run is given up.
 STARTUP_SECONDS = 240.0
@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> RunSummary:
         print("\n" + view.render(_progress(view, started, producer,
                                             reports[-1] if reports else None, len(reports))))
         if args.plot:
-            from pipelines.live_pictures import draw_live_pictures
+            from pipelines.live.pictures import draw_live_pictures
 
             files = draw_live_pictures(args.plot, producer, reader.seen, reports, started)
             print(f"live: pictures: {', '.join(files)}", flush=True)
@@ -332,6 +332,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(format_summary(summary, top=args.top), flush=True)
     return 1 if summary.stopped_by.startswith("a job failure") or summary.pids_left else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,7 @@ Pure text, no I/O and no clock (the caller passes times), so that it is tested a
   wall clock, panes by timing;
 * :class:`LiveView`: takes panes as they arrive from the output topic (described panes, as
   :class:`triggers.panes.DescribePanes` makes them), keeps counts and a
-  :class:`~pipelines.leaderboard.Leaderboard`, and renders the screen;
+  :class:`~pipelines.live.leaderboard.Leaderboard`, and renders the screen;
 * :class:`RunSummary` / :func:`format_summary`: the figures of the whole run;
   :func:`pane_latencies` estimates each pane's produce-to-pane latency.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from pipelines.leaderboard import TIMING_MARKS, Leaderboard
+from pipelines.live.leaderboard import TIMING_MARKS, Leaderboard
 
 TIMINGS = ("EARLY", "ON_TIME", "LATE")
 
