@@ -70,6 +70,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 
+from bench.report import weighted_percentile
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TEAMS = tuple(f"team-{number:02d}" for number in range(20))
 #: Seconds the job may take to run its first micro-batches (Spark workers start).
@@ -237,28 +239,14 @@ class PaneConsumer(threading.Thread):
             self._consumer.close()
 
 
-def percentile(pairs: List[Tuple[float, int]], fraction: float) -> Optional[float]:
-    """The ``fraction`` quantile of values given as (value, weight) pairs."""
-    ordered = sorted(pairs)
-    total = sum(weight for _, weight in ordered)
-    if not total:
-        return None
-    running = 0
-    for value, weight in ordered:
-        running += weight
-        if running >= fraction * total:
-            return value
-    return ordered[-1][0]
-
-
 def _millis(seconds: Optional[float]) -> Optional[int]:
     return None if seconds is None else int(round(seconds * 1000))
 
 
 def _stats(name: str, pairs: List[Tuple[float, int]]) -> Dict[str, Optional[int]]:
     """p50, p95 and max of weighted seconds, in milliseconds."""
-    return {f"{name}_ms_p50": _millis(percentile(pairs, 0.5)),
-            f"{name}_ms_p95": _millis(percentile(pairs, 0.95)),
+    return {f"{name}_ms_p50": _millis(weighted_percentile(pairs, 0.5)),
+            f"{name}_ms_p95": _millis(weighted_percentile(pairs, 0.95)),
             f"{name}_ms_max": _millis(max((value for value, _ in pairs), default=None))}
 
 
@@ -314,7 +302,7 @@ def summarize(arguments: argparse.Namespace, rate: float, producer: Producer,
     produced_rate = producer.sent / max(end - start, 1e-3)
     sustained = (read_by_end / (last_batch_end - start)) if last_batch_end else 0.0
     target = arguments.batch_interval + 0.5
-    newest_p50, oldest_p50 = percentile(newest, 0.5), percentile(oldest, 0.5)
+    newest_p50, oldest_p50 = weighted_percentile(newest, 0.5), weighted_percentile(oldest, 0.5)
     if oldest_p50 is not None and oldest_p50 <= target:
         meets = "yes"
     elif newest_p50 is not None and newest_p50 > target:
@@ -341,12 +329,12 @@ def summarize(arguments: argparse.Namespace, rate: float, producer: Producer,
         # gone within a few batches (a job that falls behind has a backlog growing with time).
         "keeps_up": bool(sustained >= 0.9 * produced_rate and drained_at is not None
                          and drained_at - end <= 3 * max(arguments.batch_interval,
-                                                         (percentile(millis, 0.95) or 0) / 1000)),
+                                                         (weighted_percentile(millis, 0.95) or 0) / 1000)),
         "batches_during_production": len(during),
-        "batch_millis_p50": percentile(millis, 0.5), "batch_millis_p95": percentile(millis, 0.95),
+        "batch_millis_p50": weighted_percentile(millis, 0.5), "batch_millis_p95": weighted_percentile(millis, 0.95),
         "batch_millis_max": max((m for m, _ in millis), default=None),
-        "idle_batch_millis_p50": percentile(idle, 0.5),
-        "records_per_batch_p50": percentile(per_batch, 0.5),
+        "idle_batch_millis_p50": weighted_percentile(idle, 0.5),
+        "records_per_batch_p50": weighted_percentile(per_batch, 0.5),
         "records_per_batch_max": max((n for n, _ in per_batch), default=None),
         "panes": len(panes), "records_in_panes": in_panes,
         **_stats("latency_newest", newest), **_stats("latency_oldest", oldest),

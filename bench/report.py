@@ -16,7 +16,35 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+def weighted_percentile(pairs: Iterable[Tuple[float, int]], fraction: float) -> Optional[float]:
+    """The nearest-rank ``fraction`` quantile of values given as (value, weight) pairs: the
+    smallest value with at least that fraction of the weight at or below it; None for none.
+
+    >>> weighted_percentile([(10.0, 3), (20.0, 1)], 0.5), weighted_percentile([], 0.5)
+    (10.0, None)
+    """
+    ordered = sorted(pairs)
+    total = sum(weight for _, weight in ordered)
+    if not total:
+        return None
+    running = 0
+    for value, weight in ordered:
+        running += weight
+        if running >= fraction * total:
+            return value
+    return ordered[-1][0]
+
+
+def percentile(values: Sequence[float], fraction: float) -> Optional[float]:
+    """The nearest-rank ``fraction`` quantile of ``values`` (each weighs one).
+
+    >>> percentile([5, 1, 4, 2, 3], 0.5)
+    3
+    """
+    return weighted_percentile(((value, 1) for value in values), fraction)
+
 
 #: Engine keys as the command line names them, and how the table names them.
 ENGINE_LABELS = {

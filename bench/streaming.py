@@ -38,19 +38,10 @@ from typing import Any, Dict, List, Optional
 
 from bench import streaming_beam, streaming_native
 from bench import streaming_workloads as workloads
+from bench.report import percentile
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MEASUREMENTS = ("latency", "throughput", "scaling")
-
-
-def percentile(values: List[float], fraction: float) -> float:
-    """The nearest-rank percentile.
-
-    >>> percentile([5, 1, 4, 2, 3], 0.5)
-    3
-    """
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
 def windowed_sum_batches(seed: int, events_per_batch: int, batches: int):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import json
 import logging
 import signal
@@ -96,12 +97,23 @@ def output_path(prefix: str, name: Optional[str] = None) -> str:
     return f"{prefix}-{name}{SUFFIX}" if name else f"{prefix}{SUFFIX}"
 
 
-def _clock(seconds: Optional[float]) -> str:
+def clock_text(seconds: Optional[float], missing: str = "end of time",
+               millis: bool = True) -> str:
+    """``HH:MM:SS`` (UTC) of ``seconds`` since the epoch, ``.mmm`` added when not whole (and
+    ``millis``); ``missing`` for None; the ends of time for infinities (the global window).
+
+    >>> clock_text(3661.25), clock_text(3661.25, millis=False), clock_text(None, missing="-")
+    ('01:01:01.250', '01:01:01', '-')
+    >>> clock_text(float("-inf")), clock_text(float("inf"))
+    ('start of time', 'end of time')
+    """
     if seconds is None:
-        return "end of time"
+        return missing
+    if math.isinf(seconds):
+        return "end of time" if seconds > 0 else "start of time"
     moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
-    return moment.strftime("%H:%M:%S") if moment.microsecond == 0 else moment.strftime(
-        "%H:%M:%S.%f")[:-3]
+    text = moment.strftime("%H:%M:%S")
+    return text if not millis or moment.microsecond == 0 else f"{text}.{moment.microsecond // 1000:03d}"
 
 
 def _format_value(value: Any) -> str:
@@ -118,9 +130,9 @@ def format_pane(record: dict, value_name: str = "sum") -> str:
     """
     window = record["window"]
     if isinstance(window, dict) and "start" in window:
-        where = f"[{_clock(window['start'])}, {_clock(window['end'])})"
+        where = f"[{clock_text(window['start'])}, {clock_text(window['end'])})"
     elif isinstance(window, dict) and "count" in window:
-        where = (f"[{_clock(window['first_timestamp'])} .. {_clock(window['last_timestamp'])}]"
+        where = (f"[{clock_text(window['first_timestamp'])} .. {clock_text(window['last_timestamp'])}]"
                  f" {window['count']} items")
     else:
         where = str(window)

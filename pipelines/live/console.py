@@ -25,18 +25,12 @@ True
 
 from __future__ import annotations
 
-import datetime
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from pipelines.live.leaderboard import TIMING_MARKS, Leaderboard
+from pipelines.output import clock_text
 
 TIMINGS = ("EARLY", "ON_TIME", "LATE")
-
-
-def _clock(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    return datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc).strftime("%H:%M:%S")
 
 
 def progress_line(*, elapsed: float, batches: Optional[int], produced: int,
@@ -46,10 +40,11 @@ def progress_line(*, elapsed: float, batches: Optional[int], produced: int,
     batch = "-" if batches is None else str(batches)
     read = "-" if read_rate is None else f"{read_rate:.1f}/s"
     lagging = "" if lag is None else f" (lag {lag:.1f} s)"
+    watermark_text = clock_text(watermark, missing="-", millis=False)
     counts = ", ".join(f"{panes.get(timing, 0)} {timing.lower().replace('_', ' ')}"
                        for timing in TIMINGS)
     return (f"[{elapsed:4.0f} s] batches {batch} | produced {produced} ({produced_rate:.1f}/s) | "
-            f"keyed in {read} | watermark {_clock(watermark)}{lagging} | panes: {counts}")
+            f"keyed in {read} | watermark {watermark_text}{lagging} | panes: {counts}")
 
 
 class LiveView:

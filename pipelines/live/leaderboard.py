@@ -25,21 +25,14 @@ Example:
 
 from __future__ import annotations
 
-import datetime
 from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from pipelines.output import clock_text
 
 #: The mark each pane timing gets in a row.
 TIMING_MARKS = {"EARLY": "~", "ON_TIME": "=", "LATE": "+", "UNKNOWN": "?"}
 
 _GLOBAL = (float("-inf"), float("inf"))
-
-
-def _clock(seconds: Optional[float]) -> str:
-    if seconds is None or seconds in _GLOBAL:
-        return "end of time" if seconds != float("-inf") else "start of time"
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
-    text = moment.strftime("%H:%M:%S")
-    return text if moment.microsecond == 0 else f"{text}.{moment.microsecond // 1000:03d}"
 
 
 def _window_key(window: Any) -> Tuple[float, float]:
@@ -136,7 +129,7 @@ class Leaderboard:
             if lines:
                 lines.append("")
             lines.append("global window" if window == _GLOBAL
-                         else f"[{_clock(window[0])}, {_clock(window[1])})")
+                         else f"[{clock_text(window[0])}, {clock_text(window[1])})")
             for rank, key, pane in rows:
                 value = f"{self._value_name}={_format_value(pane['value'])}"
                 mark = TIMING_MARKS.get(pane["timing"], "?")
