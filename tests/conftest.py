@@ -1,4 +1,11 @@
-"""Shared fixtures: every model test runs once per runner.
+"""Shared fixtures: every model test runs once per runner; every test marked by its area.
+
+Tests are grouped by area, one folder each, and each test carries its folder's marker
+(``pytest -m streaming``): ``model`` (the four questions on every runner), ``runner`` (the
+SparkRunner in batch, its failures, graph and cluster), ``streaming`` (the micro-batch
+loop, state, checkpoints), ``kafka`` (the Kafka source and sink, on both embedded brokers),
+``job_server`` (Beam's Job API) and ``pipelines`` (the jobs, the demo, pictures, benchmarks).
+A test that runs on Spark is also marked ``spark``.
 
 The runner is a parameter, never a constant, so the same TestStream proof runs on Beam's
 DirectRunner and on our SparkRunner and must give the same panes on both. Select runners
@@ -9,6 +16,7 @@ with ``BEAM_TEST_RUNNERS=DirectRunner,SparkRunner`` (default: every runner regis
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Callable, Dict
 
 import pytest
@@ -72,3 +80,26 @@ def make_pipeline(runner):
         )
 
     return make
+
+
+#: The folders under tests/ that group tests by area; each is also the area's marker.
+AREAS = ("model", "runner", "streaming", "kafka", "job_server", "pipelines")
+#: Areas whose every test starts Spark work.
+SPARK_AREAS = ("runner", "streaming", "job_server")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark each test with its folder's area, and ``spark`` when it runs on Spark."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        relative = item.path.resolve().relative_to(tests)
+        area = relative.parts[0] if len(relative.parts) > 1 else None
+        if area in AREAS:
+            item.add_marker(getattr(pytest.mark, area))
+        callspec = getattr(item, "callspec", None)
+        on_spark = (area in SPARK_AREAS
+                    or "spark_session" in getattr(item, "fixturenames", ())
+                    or (callspec is not None
+                        and callspec.params.get("runner_name") == "SparkRunner"))
+        if on_spark:
+            item.add_marker(pytest.mark.spark)

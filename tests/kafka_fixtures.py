@@ -52,11 +52,10 @@ def pytest_generate_tests(metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark ``kafka`` every test of a ``test_kafka_*`` file and every test that uses a
-    broker (``make test-kafka`` runs only them)."""
+    """Mark ``kafka`` every test that uses a broker, wherever it is (the tests under
+    ``tests/kafka/`` are marked by their folder): ``make test-kafka`` runs them all."""
     for item in items:
-        if (item.path.name.startswith("test_kafka_")
-                or "kafka_broker_kind" in getattr(item, "fixturenames", ())):
+        if "kafka_broker_kind" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.kafka)
 
 

@@ -19,6 +19,12 @@ from typing import Any, Dict
 
 import pytest
 
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+#: tests/ and its area folders (tests/model, tests/streaming, ...).
+_TEST_FOLDERS = [_TESTS] + sorted(
+    os.path.join(_TESTS, name) for name in os.listdir(_TESTS)
+    if os.path.isdir(os.path.join(_TESTS, name)) and not name.startswith((".", "_")))
+
 #: Settings of the shared test session.
 SPARK_TEST_SETTINGS: Dict[str, str] = {
     "spark.master": "local[2]",
@@ -33,8 +39,9 @@ SPARK_TEST_SETTINGS: Dict[str, str] = {
     "spark.pyspark.driver.python": sys.executable,
     # Workers fork from a daemon that has Beam imported already (seconds saved per worker).
     "spark.python.daemon.module": "runners.spark.daemon",
-    # DoFns defined in test modules are pickled by reference: workers must import tests/.
-    "spark.executorEnv.PYTHONPATH": os.path.dirname(os.path.abspath(__file__)),
+    # DoFns defined in test modules are pickled by reference (a test module is imported by
+    # its bare name from its area's folder): workers must import every test folder.
+    "spark.executorEnv.PYTHONPATH": os.pathsep.join(_TEST_FOLDERS),
 }
 
 @functools.lru_cache(maxsize=None)

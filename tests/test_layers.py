@@ -26,7 +26,8 @@ from typing import Dict, Iterator, List, Set, Tuple
 
 import pytest
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+from project import REPO
+
 PACKAGES = ("bench", "pictures", "pipelines", "transforms", "triggers", "runners", "services")
 
 #: Module-name prefix -> the prefixes its imports may name (besides its own package).
@@ -65,8 +66,8 @@ def product_modules() -> Dict[str, Path]:
     """Dotted module name -> source file, for every module of the product packages."""
     modules = {}
     for package in PACKAGES:
-        for path in (REPOSITORY / package).rglob("*.py"):
-            name = ".".join(path.relative_to(REPOSITORY).with_suffix("").parts)
+        for path in (REPO / package).rglob("*.py"):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
             modules[name.removesuffix(".__init__")] = path
     return modules
 
@@ -215,7 +216,7 @@ def test_a_job_on_the_direct_runner_does_not_import_pyspark(job):
     script = (f"import sys, {job}\n"
               "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark')\n"
               "print(loaded[:5])\n")
-    completed = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY,
+    completed = subprocess.run([sys.executable, "-c", script], cwd=REPO,
                                capture_output=True, text=True, timeout=120, check=True)
     assert completed.stdout.strip() == "[]", completed.stdout
 

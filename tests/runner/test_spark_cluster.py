@@ -16,6 +16,8 @@ from typing import Iterator, List, Set
 
 import pytest
 
+from project import REPO
+
 from services.cluster import (
     StandaloneCluster,
     descendants,
@@ -42,7 +44,7 @@ def _team_scores(tmp_path: Path, name: str, *options: str) -> List[dict]:
     subprocess.run(
         [sys.executable, "-m", "pipelines.team_scores", "--input", str(tmp_path / "game.jsonl"),
          "--output", str(output), *options],
-        check=True, timeout=600, cwd=Path(__file__).resolve().parent.parent,
+        check=True, timeout=600, cwd=REPO,
     )
     lines = (tmp_path / f"{name}.jsonl").read_text().splitlines()
     return sorted((json.loads(line) for line in lines), key=lambda record: json.dumps(record))

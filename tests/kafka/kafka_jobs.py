@@ -14,7 +14,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Counter, List
@@ -22,9 +21,8 @@ from typing import Counter, List
 import pytest
 
 from transforms.kafka.polling import poll_records
+from project import REPO
 
-REPO = Path(__file__).resolve().parents[1]
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 #: Seconds a job may take (Spark's start-up included).
 RUN_SECONDS = 240.0
 

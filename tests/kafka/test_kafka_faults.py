@@ -1,6 +1,6 @@
 """Faults inside a running Kafka job on the SparkRunner: nothing lost, panes unchanged.
 
-* A Python worker killed during a batch (``tests/kafka_fault_job.py``: once in the stage that
+* A Python worker killed during a batch (``tests/kafka/kafka_fault_job.py``: once in the stage that
   reads the planned offset ranges, once in the stage that fires panes and writes them): Spark
   retries the task (``local[2,4]`` allows four attempts), the retry reads the same ranges from
   the same state, and the panes equal those of an uninterrupted run. On noida the sink is
@@ -21,8 +21,6 @@ from typing import Dict, List, Tuple
 
 from kafka_fixtures import KafkaTestHelper, recent_base_seconds
 from kafka_jobs import (
-    PYTHON,
-    REPO,
     finish_job,
     game_records,
     kill_job,
@@ -31,6 +29,7 @@ from kafka_jobs import (
     topic_panes,
     wait_for_records,
 )
+from project import PYTHON, REPO
 from services.broker import EmbeddedBroker
 
 PARTITIONS = 4
@@ -39,7 +38,7 @@ WINDOW = 10
 
 
 def _command(bootstrap_servers: str, source: str, output: str, *extra: str) -> List[str]:
-    return [PYTHON, str(REPO / "tests" / "kafka_fault_job.py"),
+    return [PYTHON, str(REPO / "tests" / "kafka" / "kafka_fault_job.py"),
             "--bootstrap_servers", bootstrap_servers, "--input_topic", source,
             "--output_topic", output, "--batch_max_records_per_partition", "2",
             "--window_seconds", str(WINDOW), "--early_seconds", "0",

@@ -18,16 +18,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from services.processes import process_alive
+from project import PYTHON, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 #: A hung run fails the test after this long (a loaded 2-core machine runs slow batches).
 RUN_TIMEOUT = 900
 

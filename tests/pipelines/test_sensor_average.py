@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import apache_beam as beam
 import pytest
@@ -13,6 +12,7 @@ from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 from pipelines.events import SensorReading
 from pipelines.sensor_average import SensorAverage
 from triggers.panes import DescribePanes, pane_record, timestamp_seconds
+from pane_times import to_millis
 
 # A count window still open at the end of input is emitted at the end of the global window,
 # a time so large that seconds as a float keep only about a millisecond of it.
@@ -25,15 +25,6 @@ def _end_of_input_named(record):
         record = dict(record, timestamp=END_OF_INPUT)
     return record
 
-
-
-def _to_millis(record):
-    """Pane timestamps to whole milliseconds: the end of a window is its end minus one unit of
-    the runner's time precision (a microsecond on the DirectRunner in streaming mode, a
-    millisecond through the portable runners), so only milliseconds are compared."""
-    if record["timestamp"] is not None:
-        record = dict(record, timestamp=math.floor(round(record["timestamp"] * 1e6) / 1e3) / 1e3)
-    return record
 
 def _reading(sensor, value, at):
     return TimestampedValue(SensorReading(sensor, float(value), float(at)), at)
@@ -57,7 +48,7 @@ def test_sliding_means_with_early_on_time_and_late_panes(make_pipeline):
                  | SensorAverage("sliding", window_seconds=10, period_seconds=5,
                                  early_seconds=2, allowed_lateness=30)
                  | DescribePanes()
-                 | beam.Map(_to_millis))
+                 | beam.Map(to_millis))
         assert_that(panes, equal_to([
             _pane("roof", 4.0, (0, 10), "EARLY", 0),
             _pane("roof", 6.0, (0, 10), "ON_TIME", 1),

@@ -31,7 +31,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 from apache_beam.runners.runner import PipelineState
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from project import REPO
+
+PROJECT_ROOT = str(REPO)
 JobState = beam_job_api_pb2.JobState
 
 pytestmark = pytest.mark.timeout(900)

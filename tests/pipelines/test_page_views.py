@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import apache_beam as beam
 import pytest
@@ -13,16 +12,8 @@ from apache_beam.transforms.window import TimestampedValue
 from pipelines.events import PageView
 from pipelines.page_views import PageViews
 from triggers.panes import DescribePanes, pane_record
+from pane_times import to_millis
 
-
-
-def _to_millis(record):
-    """Pane timestamps to whole milliseconds: the end of a window is its end minus one unit of
-    the runner's time precision (a microsecond on the DirectRunner in streaming mode, a
-    millisecond through the portable runners), so only milliseconds are compared."""
-    if record["timestamp"] is not None:
-        record = dict(record, timestamp=math.floor(round(record["timestamp"] * 1e6) / 1e3) / 1e3)
-    return record
 
 def _view(page, at, load_ms=200, ok=True):
     return TimestampedValue(PageView(page, "visitor", load_ms, ok, float(at)), at)
@@ -44,7 +35,7 @@ def test_sliding_view_counts_with_a_late_view_and_failed_loads_as_alerts(make_pi
     with make_pipeline(streaming=True) as p:
         results = p | stream | PageViews(window_seconds=10, period_seconds=5,
                                          allowed_lateness=15, slow_ms=3000)
-        panes = results["views"] | DescribePanes() | beam.Map(_to_millis)
+        panes = results["views"] | DescribePanes() | beam.Map(to_millis)
         assert_that(panes, equal_to([
             _pane("/a", 1, (-5, 5), "ON_TIME", 0, is_last=False),
             _pane("/a", 2, (0, 10), "ON_TIME", 0, is_last=False),

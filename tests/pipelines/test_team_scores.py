@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import apache_beam as beam
 import pytest
@@ -14,17 +13,8 @@ from pipelines.events import GameEvent
 from pipelines.team_scores import TeamScores
 from transforms.parsing import ParseJson
 from triggers.panes import DescribePanes, pane_record
+from pane_times import to_millis
 
-
-
-
-def _to_millis(record):
-    """Pane timestamps to whole milliseconds: the end of a window is its end minus one unit of
-    the runner's time precision (a microsecond on the DirectRunner in streaming mode, a
-    millisecond through the portable runners), so only milliseconds are compared."""
-    if record["timestamp"] is not None:
-        record = dict(record, timestamp=math.floor(round(record["timestamp"] * 1e6) / 1e3) / 1e3)
-    return record
 
 def _event(team, score, at):
     return TimestampedValue(GameEvent(f"{team}_player", team, score, float(at)), at)
@@ -49,7 +39,7 @@ def test_early_on_time_and_late_panes_accumulate(make_pipeline):
         panes = (p | stream
                  | TeamScores(window_seconds=10, early_seconds=5, allowed_lateness=20)
                  | DescribePanes()
-                 | beam.Map(_to_millis))
+                 | beam.Map(to_millis))
         assert_that(panes, equal_to([
             _pane("red", 3, "EARLY", 0),
             _pane("red", 7, "ON_TIME", 1),
@@ -69,7 +59,7 @@ def test_without_early_firings_one_on_time_pane_per_team_and_window(make_pipelin
         panes = (p | stream
                  | TeamScores(window_seconds=10, early_seconds=0, allowed_lateness=0)
                  | DescribePanes()
-                 | beam.Map(_to_millis))
+                 | beam.Map(to_millis))
         # Beam's trigger driver does not flag the on-time pane as the last one, even without
         # allowed lateness: the window's end is signalled by the watermark, not by the pane.
         assert_that(panes, equal_to([
@@ -86,7 +76,7 @@ def test_parsed_json_feeds_team_scores_and_bad_records_become_dead_letters(make_
     with make_pipeline() as p:
         parsed = p | beam.Create(lines) | ParseJson(GameEvent)
         panes = (parsed.parsed | TeamScores(window_seconds=10) | DescribePanes()
-                 | beam.Map(_to_millis))
+                 | beam.Map(to_millis))
         assert_that(panes, equal_to([
             _pane("red", 2, "ON_TIME", 0),
             _pane("blue", 6, "ON_TIME", 0, window=(10, 20)),

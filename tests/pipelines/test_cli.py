@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,8 @@ from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import generator
 from pipelines.options import job_parser, parse_job_options
+from project import PYTHON, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 PANE_FIELDS = {"key", "value", "window", "timestamp", "pane"}
 
 

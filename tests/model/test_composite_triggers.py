@@ -1,6 +1,6 @@
 """Beam's own triggers, composed, give the same panes on every runner (TestStream).
 
-tests/test_triggers.py proves the project's presets (AfterWatermark with early and late
+tests/model/test_triggers.py proves the project's presets (AfterWatermark with early and late
 firings, AfterCount, AfterProcessingTime, Repeatedly). These use Beam's trigger classes
 directly: the default trigger, AfterAny, AfterAll, AfterEach and OrFinally, each over a
 TestStream whose events decide every firing, with CombinePerKey(sum) as the aggregation.

@@ -31,7 +31,6 @@ import pytest
 
 from kafka_fixtures import recent_base_seconds
 from kafka_jobs import (
-    PYTHON,
     finish_job,
     game_records,
     kill_job,
@@ -39,6 +38,7 @@ from kafka_jobs import (
     topic_panes,
     wait_for_records,
 )
+from project import PYTHON
 
 PARTITIONS = 4
 PER_PARTITION = 12
@@ -74,7 +74,7 @@ def test_killed_kafka_job_resumes_from_its_checkpoint(kafka, kafka_broker_kind, 
                                                       tmp_path):
     if exactly_once and kafka_broker_kind != "noida":
         pytest.skip(f"{kafka_broker_kind} does not isolate aborted transactions "
-                    "(WriteToKafka refuses --exactly_once there: tests/test_kafka_write.py)")
+                    "(WriteToKafka refuses --exactly_once there: tests/kafka/test_kafka_write.py)")
     if not exactly_once and kafka_broker_kind == "noida":
         pytest.skip("at-least-once runs on tansu, whose only mode it is; on noida the same "
                     "restart path runs in the exactly-once case, and this third ~100 s case "

@@ -25,7 +25,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -33,9 +32,8 @@ from typing import Dict, List, Tuple
 import pytest
 
 from transforms.kafka.polling import poll_records
+from project import PYTHON, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 PARTITIONS = 4
 WINDOW = 60
 TEAMS = ("red", "blue")

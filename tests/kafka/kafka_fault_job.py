@@ -1,6 +1,6 @@
 """team_scores from Kafka to Kafka, with Python workers that kill themselves once.
 
-Run by ``tests/test_kafka_faults.py`` as a job of its own (a Spark session per run, so that
+Run by ``tests/kafka/test_kafka_faults.py`` as a job of its own (a Spark session per run, so that
 its master can allow task retries: ``--spark_master_url local[2,4]``). ``--fault_dir DIR``
 arms two faults; without it the job is the uninterrupted reference:
 
@@ -13,7 +13,7 @@ arms two faults; without it the job is the uninterrupted reference:
 Each fault fires once: the worker first creates ``DIR/<fault>`` (exclusively), so the task
 Spark retries finds the file and runs through. Usage::
 
-    python tests/kafka_fault_job.py --fault_dir /tmp/faults --bootstrap_servers ... \\
+    python tests/kafka/kafka_fault_job.py --fault_dir /tmp/faults --bootstrap_servers ... \\
         --input_topic in --output_topic out --max_records 12 --runner SparkRunner --streaming
 """
 

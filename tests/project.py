@@ -1,0 +1,15 @@
+"""Where the project is, and the Python that runs it, for tests that start processes.
+
+>>> (REPO / "setup.py").exists()
+True
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+#: The repository's root.
+REPO = Path(__file__).resolve().parents[1]
+#: The project's virtualenv Python when there is one (make test), else this interpreter.
+PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
