@@ -1,12 +1,17 @@
-"""Every documented example in the project's modules runs and gives what it says."""
+"""Every documented example in the tree runs and gives what it says: the product's modules,
+and the test helpers' (a test module's own examples are tests of the helpers it defines)."""
 
 import doctest
 import importlib
+import importlib.util
 import pkgutil
+from pathlib import Path
 
 import pytest
 
 PACKAGES = ["bench", "pictures", "pipelines", "transforms", "triggers", "runners", "services"]
+TESTS = Path(__file__).resolve().parent
+OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def _modules():
@@ -19,8 +24,27 @@ def _modules():
             yield info.name
 
 
+def _test_files_with_examples():
+    for path in sorted(TESTS.rglob("*.py")):
+        if ">>> " in path.read_text() and path.name != Path(__file__).name:
+            yield str(path.relative_to(TESTS))
+
+
 @pytest.mark.parametrize("module_name", sorted(_modules()))
 def test_documented_examples_run(module_name):
     module = importlib.import_module(module_name)
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(module, optionflags=OPTIONS)
     assert result.failed == 0, f"{result.failed} documented example(s) failed in {module_name}"
+
+
+@pytest.mark.parametrize("relative_path", list(_test_files_with_examples()))
+def test_documented_examples_of_the_tests_run(relative_path):
+    # Loaded under a name of its own, so a test module is not imported twice as itself.
+    path = TESTS / relative_path
+    name = "doctest_of_" + relative_path.replace("/", "_").removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = doctest.testmod(module, optionflags=OPTIONS)
+    assert result.attempted > 0, f"no example found in {relative_path}"
+    assert result.failed == 0, f"{result.failed} documented example(s) failed in {relative_path}"

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import socket
+import time
 from typing import Sequence
 
 #: The kafka-python loggers that report connection attempts (a logger's filter does not
@@ -50,6 +51,7 @@ class ConnectionRetryFilter(logging.Filter):
         return True
 
 
+_LOG = logging.getLogger(__name__)
 _FILTER = ConnectionRetryFilter()
 
 
@@ -81,3 +83,22 @@ def any_server_accepts(bootstrap_servers: Sequence[str], timeout_seconds: float 
 
 __all__ = ["CONNECTION_LOGGERS", "ConnectionRetryFilter", "any_server_accepts",
            "quiet_connection_retries"]
+
+
+def wait_for_a_server(bootstrap_servers: Sequence[str], limit_seconds: float, who: str) -> bool:
+    """Wait until a TCP connection to a broker of ``bootstrap_servers`` opens; False after
+    ``limit_seconds``. Says once that ``who`` waits, and once that it goes on, so a broker that
+    goes away in the middle of a batch is waited for, not a failed task.
+    """
+    if any_server_accepts(bootstrap_servers):
+        return True
+    servers = ",".join(bootstrap_servers)
+    _LOG.warning("%s waits for Kafka at %s (no connection opens), up to %.0f s",
+                 who, servers, limit_seconds)
+    deadline = time.monotonic() + limit_seconds
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        if any_server_accepts(bootstrap_servers):
+            _LOG.warning("%s goes on: Kafka at %s accepts connections again", who, servers)
+            return True
+    return False

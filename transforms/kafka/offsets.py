@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from transforms.kafka.connectivity import quiet_connection_retries
+from transforms.kafka.connectivity import any_server_accepts, quiet_connection_retries
 from transforms.kafka.polling import poll_records
 
 __all__ = [
@@ -40,6 +40,10 @@ class KafkaUnavailableError(RuntimeError):
     """No Kafka broker answered at the configured bootstrap servers."""
 
 
+#: How long a TCP probe waits for a broker before a consumer is made.
+BROKER_PROBE_SECONDS = 2.0
+
+
 def unavailable_message(bootstrap_servers: Sequence[str], error: BaseException) -> str:
     servers = ",".join(bootstrap_servers)
     return (
@@ -58,6 +62,11 @@ def create_consumer(
     from kafka.errors import KafkaConfigurationError, KafkaError
 
     quiet_connection_retries()
+    # A broker that is away fails here at once, not after kafka-python's bootstrap timeout: a
+    # task reading a planned range then hands it back for a later batch without waiting.
+    if not any_server_accepts(bootstrap_servers, BROKER_PROBE_SECONDS):
+        raise KafkaUnavailableError(unavailable_message(
+            bootstrap_servers, ConnectionRefusedError("no TCP connection to it opens")))
     try:
         return KafkaConsumer(
             bootstrap_servers=list(bootstrap_servers),

@@ -192,11 +192,12 @@ def read_planned(client: Callable[[], Any], close_client: Callable[[], None], el
     restriction = tracker.current_restriction()
     end = min(element.planned_end, restriction.stop)
     if end > restriction.start:
-        consumer = client()
-        consumer.assign([tp])
-        consumer.seek(tp, restriction.start)
-        deadline = time.monotonic() + PLANNED_READ_TIMEOUT_SECONDS
         try:
+            # Opening the consumer is inside: the broker may go away between plan and read.
+            consumer = client()
+            consumer.assign([tp])
+            consumer.seek(tp, restriction.start)
+            deadline = time.monotonic() + PLANNED_READ_TIMEOUT_SECONDS
             while consumer.position(tp) < end:
                 batch = poll_records(consumer, poll_timeout_seconds,
                                      max_records=max_poll_records).get(tp, [])
@@ -209,7 +210,7 @@ def read_planned(client: Callable[[], Any], close_client: Callable[[], None], el
                 if not batch and time.monotonic() > deadline:
                     raise KafkaError(f"no record of {tp} in [{consumer.position(tp)}, {end}) "
                                      f"after {PLANNED_READ_TIMEOUT_SECONDS} s")
-        except KafkaError as error:
+        except (KafkaError, kafka_offsets.KafkaUnavailableError) as error:
             _LOG.warning("reading %s up to offset %d failed, resuming in a later batch: %s",
                          tp, end, error)
             close_client()

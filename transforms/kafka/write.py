@@ -34,7 +34,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 from transforms.kafka.config import check_client_config, servers_list
-from transforms.kafka.connectivity import quiet_connection_retries
+from transforms.kafka.connectivity import quiet_connection_retries, wait_for_a_server
 from transforms.kafka.offsets import KafkaUnavailableError, unavailable_message
 from transforms.kafka.records import KafkaDeadLetter
 from transforms.kafka.transactions import BundleTransaction
@@ -47,6 +47,8 @@ _RESERVED_PRODUCER_KEYS = ("bootstrap_servers", "key_serializer", "value_seriali
                            "enable_idempotence", "transactional_id")
 #: Seconds a bundle's flush may take before the bundle fails (and is retried).
 FLUSH_TIMEOUT_SECONDS = 120.0
+#: How long a write waits for a broker that went away before its task fails.
+BROKER_WAIT_SECONDS = 300.0
 
 
 def to_bytes(data: Any) -> Optional[bytes]:
@@ -112,6 +114,10 @@ class _WriteFn(beam.DoFn):
         from kafka import KafkaProducer
         from kafka.errors import KafkaConfigurationError, KafkaError
 
+        if not wait_for_a_server(self._servers, BROKER_WAIT_SECONDS, f"the write to {self._topic}"):
+            raise KafkaUnavailableError(unavailable_message(
+                self._servers, ConnectionRefusedError(
+                    f"no TCP connection opened in {BROKER_WAIT_SECONDS:.0f} s")))
         if self._transactional_id is not None:
             self._transaction = BundleTransaction(self._servers, self._topic,
                                                   self._transactional_id, self._producer_config)
