@@ -127,10 +127,11 @@ def test_a_broker_that_is_down_gives_a_clear_error_for_the_sink(make_pipeline):
     servers = f"127.0.0.1:{free_loopback_port()}"
     with pytest.raises(Exception) as failure:
         with make_pipeline() as p:
-            _ = p | beam.Create([b"x"]) | WriteToKafka(servers, "events",
-                                                           producer_config={"bootstrap_timeout_ms": 3000})
+            # A broker that went away is waited for (300 s by default); this one never was.
+            _ = p | beam.Create([b"x"]) | WriteToKafka(servers, "events", broker_wait_seconds=2)
     message = _error_text(failure.value)
     assert servers in message and "make kafka" in message, message
+    assert "no TCP connection opened in 2 s (broker_wait_seconds)" in message, message
 
 
 @pytest.mark.parametrize("arguments, error, fragment", [
@@ -153,6 +154,7 @@ def test_invalid_source_arguments_are_rejected_when_the_transform_is_built(argum
     (dict(topic=""), ValueError, "topic"),
     (dict(topic="t", key_fn="name"), TypeError, "key_fn"),
     (dict(topic="t", producer_config={"acks": 0}), ValueError, "acks"),
+    (dict(topic="t", broker_wait_seconds=-1), ValueError, "broker_wait_seconds=-1"),
 ])
 def test_invalid_sink_arguments_are_rejected_when_the_transform_is_built(arguments, error, fragment):
     with pytest.raises(error, match=fragment):

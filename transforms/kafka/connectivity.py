@@ -92,6 +92,8 @@ def wait_for_a_server(bootstrap_servers: Sequence[str], limit_seconds: float, wh
     """
     if any_server_accepts(bootstrap_servers):
         return True
+    if limit_seconds <= 0:
+        return False
     servers = ",".join(bootstrap_servers)
     _LOG.warning("%s waits for Kafka at %s (no connection opens), up to %.0f s",
                  who, servers, limit_seconds)
