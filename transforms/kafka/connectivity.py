@@ -32,7 +32,8 @@ from typing import Sequence
 #: The kafka-python loggers that report connection attempts (a logger's filter does not
 #: apply to its children, so each is named).
 CONNECTION_LOGGERS = ("kafka.cluster", "kafka.conn", "kafka.client_async", "kafka.net.manager",
-                      "kafka.net.connection", "kafka.net.transport", "kafka.net.selector")
+                      "kafka.net.connection", "kafka.net.transport", "kafka.net.selector",
+                      "kafka.consumer.fetcher", "kafka.producer.sender")
 
 _CONNECTION_FAILURE = re.compile(
     r"KafkaConnectionError|ECONNREFUSED|ECONNRESET|Connection (lost|failed|refused)|"
@@ -81,8 +82,12 @@ def any_server_accepts(bootstrap_servers: Sequence[str], timeout_seconds: float 
     return False
 
 
-__all__ = ["CONNECTION_LOGGERS", "ConnectionRetryFilter", "any_server_accepts",
-           "quiet_connection_retries"]
+__all__ = ["BROKER_WAIT_SECONDS", "CONNECTION_LOGGERS", "ConnectionRetryFilter",
+           "any_server_accepts", "quiet_connection_retries", "wait_for_a_server"]
+
+#: How long, by default, a read or a write waits for a broker that went away (a restart, an
+#: outage) before its task fails.
+BROKER_WAIT_SECONDS = 300.0
 
 
 def wait_for_a_server(bootstrap_servers: Sequence[str], limit_seconds: float, who: str) -> bool:

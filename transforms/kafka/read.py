@@ -55,6 +55,7 @@ from apache_beam.utils.timestamp import Duration
 from transforms.kafka import offsets as kafka_offsets
 from transforms.kafka import planning as kafka_planning
 from transforms.kafka.config import ReaderConfig
+from transforms.kafka.connectivity import BROKER_WAIT_SECONDS, wait_for_a_server
 from transforms.kafka.polling import poll_records
 from transforms.kafka.records import KafkaDeadLetter, decode_record, event_time_seconds
 from transforms.kafka.watermark import PartitionWatermarkEstimatorProvider
@@ -239,7 +240,15 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
         if start > element.start_offset:
             # A resumed remainder: everything before `start` was output by a committed bundle.
             self._commit(tp, start)
-        consumer = self._client()
+        try:
+            consumer = self._client()
+        except kafka_offsets.KafkaUnavailableError:
+            # The broker answered when the job started (the partitions were resolved): it is
+            # restarting, or away for a while; a task that fails now would fail the job.
+            if not wait_for_a_server(config.bootstrap_servers, BROKER_WAIT_SECONDS,
+                                     f"the read of {tp.topic}/{tp.partition}"):
+                raise
+            consumer = self._client()
         consumer.assign([tp])
         consumer.seek(tp, start)
         deadline = time.monotonic() + config.seconds_per_bundle

@@ -34,7 +34,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 from transforms.kafka.config import check_client_config, servers_list
-from transforms.kafka.connectivity import quiet_connection_retries, wait_for_a_server
+from transforms.kafka.connectivity import (BROKER_WAIT_SECONDS, quiet_connection_retries,
+                                           wait_for_a_server)
 from transforms.kafka.offsets import KafkaUnavailableError, unavailable_message
 from transforms.kafka.records import KafkaDeadLetter
 from transforms.kafka.transactions import BundleTransaction
@@ -47,8 +48,6 @@ _RESERVED_PRODUCER_KEYS = ("bootstrap_servers", "key_serializer", "value_seriali
                            "enable_idempotence", "transactional_id")
 #: Seconds a bundle's flush may take before the bundle fails (and is retried).
 FLUSH_TIMEOUT_SECONDS = 120.0
-#: How long a write waits, by default, for a broker that went away before its task fails.
-BROKER_WAIT_SECONDS = 300.0
 
 
 def to_bytes(data: Any) -> Optional[bytes]:
