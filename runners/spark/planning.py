@@ -175,13 +175,20 @@ def par_do_payload(transform) -> beam_runner_api_pb2.ParDoPayload:
     return proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
 
 
-def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False) -> ExecutionPlan:
+def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
+         native_reshuffle: bool = True) -> ExecutionPlan:
     """Fuse the pipeline into stages and describe each for execution on Spark.
 
     In streaming, TestStream is executed by the runner (the micro-batch loop), not fused.
+    ``native_reshuffle=False`` runs a Reshuffle as Beam expanded it (a GroupByKey between
+    two Maps) instead of as a runner shuffle: before Beam 2.65 that expansion dropped pane
+    info, and a pipeline pinned to such a version (``--update_compatibility_version``)
+    must get what that version gives.
     """
     runner_urns = RUNNER_URNS | (
         {common_urns.primitives.TEST_STREAM.urn} if streaming else set())
+    if not native_reshuffle:
+        runner_urns = runner_urns - {common_urns.composites.RESHUFFLE.urn}
     context, stages = create_and_optimize_stages(
         copy.deepcopy(proto),
         phases=list(FUSION_PHASES),
@@ -258,12 +265,7 @@ class _PlanBuilder:
             return self._test_stream_spec(index, name, test_streams[0], transforms)
         # Flattens run in the SDK harness (fused); a Reshuffle is the only runner stage.
         if any(t.spec.urn == common_urns.composites.RESHUFFLE.urn for t in transforms):
-            output_coder = ""
-            for transform in transforms:
-                if transform.spec.urn == DATA_OUTPUT_URN:
-                    output_coder = self.safe_coder(next(iter(transform.inputs.values())))
-            return StageSpec(index, name, RESHUFFLE_STAGE, tuple(inputs), tuple(outputs),
-                             output_coder_id=output_coder)
+            return self._reshuffle_spec(index, name, transforms, inputs, outputs)
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor(
             id=f"stage-{index}",
             transforms={t.unique_name: t for t in transforms},
@@ -320,6 +322,23 @@ class _PlanBuilder:
                 coders.append(self.data_coder(pcollection_id))
         return StageSpec(index, name, TEST_STREAM_STAGE, (), tuple(outputs),
                          descriptor=test_stream.spec.payload, output_coders=tuple(coders))
+
+    def _reshuffle_spec(self, index: int, name: str, transforms, inputs: List[InputSpec],
+                        outputs: List[Tuple[str, bytes]]) -> StageSpec:
+        """A Reshuffle moves encoded elements as they are, unless Beam inferred another coder
+        for its output than its input has (a KV coder for pairs that came in pickled): then
+        they are decoded and re-encoded with the SDK's own coders, as the safe coders hold
+        such values as opaque bytes."""
+        input_id = next(next(iter(t.outputs.values())) for t in transforms
+                        if t.spec.urn == DATA_INPUT_URN)
+        output_id = next(next(iter(t.inputs.values())) for t in transforms
+                         if t.spec.urn == DATA_OUTPUT_URN)
+        output_coder = self.safe_coder(output_id)
+        if output_coder != inputs[0].coder_id:
+            inputs = [dataclasses.replace(inputs[0], coder_id=self.data_coder(input_id))]
+            output_coder = self.data_coder(output_id)
+        return StageSpec(index, name, RESHUFFLE_STAGE, tuple(inputs), tuple(outputs),
+                         output_coder_id=output_coder)
 
     def _port(self, pcollection_id: str) -> bytes:
         port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=self.data_coder(pcollection_id))

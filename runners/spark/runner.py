@@ -22,6 +22,9 @@ from runners.spark.metrics import MonitoringInfoAccumulator
 from runners.spark.result import SparkPipelineResult
 from runners.spark.streaming.loop import StreamingExecution
 
+#: The Beam version whose Reshuffle keeps pane info (see ``planning.plan``).
+RESHUFFLE_KEEPS_PANES_SINCE = "2.65.0"
+
 #: Loopback defaults for local masters: the driver never needs a routable address.
 LOCAL_SETTINGS = {
     "spark.driver.host": "127.0.0.1",
@@ -72,7 +75,8 @@ class SparkRunner(PipelineRunner):
         if view.checkpoint_dir and not streaming:
             raise ValueError(f"--checkpoint_dir={view.checkpoint_dir}: checkpoints are for "
                              "--streaming runs (a batch run restarts from its input)")
-        plan = planning.plan(proto, streaming=streaming)
+        plan = planning.plan(proto, streaming=streaming, native_reshuffle=not (
+            options.is_compat_version_prior_to(RESHUFFLE_KEEPS_PANES_SINCE)))
         spark_context = self._context(options)
         accumulator = spark_context.accumulator([], MonitoringInfoAccumulator())
         parallelism = view.spark_parallelism or spark_context.defaultParallelism

@@ -3,7 +3,8 @@ what they give on the DirectRunner.
 
 * TestStream and unbounded sources without ``--streaming``: the runner switches to
   streaming by itself, as the DirectRunner does, and says so once.
-* Reshuffle keeps each element's timestamp, windows and pane exactly.
+* Reshuffle keeps each element's timestamp, windows and pane exactly (as the Beam version a
+  pipeline is pinned to does: before 2.65, it dropped panes), whatever coder Beam infers.
 * Metrics of every kind, updated in several bundles, tasks and stages, are merged as Beam
   merges them.
 """
@@ -288,6 +289,46 @@ def test_reshuffle_keeps_the_panes_elements_were_created_with(make_pipeline):
             TestWindowedValue("b", Timestamp(0), [GlobalWindow()], on_time_only),
             TestWindowedValue("c", Timestamp(33), [GlobalWindow()], late_firing),
             TestWindowedValue("d", end, [GlobalWindow()], no_firing)]), reify_windows=True)
+
+
+def test_reshuffle_of_a_beam_version_before_2_65_drops_the_panes(make_pipeline):
+    # Beam's own util_test: pinned to 2.64 (--update_compatibility_version), Reshuffle is that
+    # version's GroupByKey expansion, which sets every pane to UNKNOWN (the SparkRunner kept
+    # them, as a native shuffle does since 2.65).
+    elements = [WindowedValue("b", Timestamp(0), [GlobalWindow()],
+                              PaneInfo(True, True, PaneInfoTiming.ON_TIME, 0, 0)),
+                WindowedValue("c", Timestamp(33), [GlobalWindow()],
+                              PaneInfo(False, False, PaneInfoTiming.LATE, 1, 1))]
+    unknown = PaneInfo(True, True, PaneInfoTiming.UNKNOWN, 0, 0)
+    with make_pipeline(update_compatibility_version="2.64.0") as pipeline:
+        reshuffled = pipeline | beam.Create(elements) | beam.Reshuffle()
+        assert_that(reshuffled, equal_to([
+            TestWindowedValue("b", Timestamp(0), [GlobalWindow()], unknown),
+            TestWindowedValue("c", Timestamp(33), [GlobalWindow()], unknown)]),
+            reify_windows=True)
+
+
+def test_reshuffle_of_pickled_pairs_into_sessions_keeps_their_windows(make_pipeline):
+    # Beam's own util_test: the pairs come in under a pickled coder and Beam infers a KV coder
+    # for the Reshuffle's output; the SparkRunner failed its job re-encoding them.
+    pairs = [(1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (1, 4)]
+    with make_pipeline() as pipeline:
+        sessions = (pipeline
+                    | beam.Create(pairs)
+                    | beam.Map(lambda pair: window.TimestampedValue(pair, pair[1]))
+                    | beam.WindowInto(window.Sessions(gap_size=2)))
+        reshuffled = sessions | beam.Reshuffle()
+        assert_that(reshuffled | "Describe" >> beam.ParDo(DescribeElement()), equal_to([
+            ((key, at), float(at), (float(at), at + 2.0), UNKNOWN_PANE) for key, at in pairs]))
+        grouped = (reshuffled
+                   | beam.GroupByKey()
+                   | beam.MapTuple(lambda key, values: (key, sorted(values)))
+                   | "DescribeGroups" >> beam.ParDo(DescribeElement()))
+        assert_that(grouped, equal_to([
+            ((1, [1, 2]), 3.999, (1.0, 4.0), ON_TIME_BATCH_PANE),
+            ((2, [1, 2]), 3.999, (1.0, 4.0), ON_TIME_BATCH_PANE),
+            ((3, [1]), 2.999, (1.0, 3.0), ON_TIME_BATCH_PANE),
+            ((1, [4]), 5.999, (4.0, 6.0), ON_TIME_BATCH_PANE)]), label="GroupsAfter")
 
 
 def test_reshuffle_keeps_early_panes_of_a_processing_time_trigger(make_pipeline):
