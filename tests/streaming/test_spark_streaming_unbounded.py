@@ -22,6 +22,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.utils.timestamp import Timestamp
 
+from pane_times import to_millis
 from triggers.panes import DescribePanes, pane_record
 
 #: Numbers a CountTo call emits before it self-checkpoints.
@@ -59,12 +60,6 @@ class CountTo(beam.DoFn):
         tracker.defer_remainder()
 
 
-def to_millis(pane):
-    """The pane with its timestamp in whole milliseconds: the DirectRunner's splittable DoFn
-    path encodes timestamps in milliseconds (a window's end is x.999, not x.999999)."""
-    return {**pane, "timestamp": int(pane["timestamp"] * 1000 + 1e-6)}
-
-
 def loop_metric(result, name):
     query = MetricsFilter().with_namespace("spark_streaming").with_name(name)
     results = result.metrics().query(query)
@@ -85,7 +80,7 @@ def test_unbounded_sdf_panes_across_batches(make_pipeline, runner_name, tmp_path
              | beam.Map(to_millis))
 
     def on_time(key, value, start):
-        return pane_record(key, value, window=(start, start + 10), timestamp=start * 1000 + 9999,
+        return pane_record(key, value, window=(start, start + 10), timestamp=(start * 1000 + 9999) / 1000,
                            timing="ON_TIME", index=0, is_first=True, is_last=True)
 
     assert_that(panes, equal_to([
