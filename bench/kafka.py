@@ -10,7 +10,8 @@ For each ``--rates`` value, on fresh topics:
 1. the job starts (``--streaming``, ``--batch_interval_seconds``, ``--streaming_report``);
    200 warm-up records (left out of the figures) go through it, so that every stage has
    started its workers and DoFns, then a few batches run without records;
-2. a producer thread writes game events at that fixed rate for ``--seconds`` into a
+2. a producer process (:mod:`bench.kafka_clients`) writes game events at that fixed rate
+   for ``--seconds`` into a
    ``--partitions``-partition topic (record ``i`` to partition ``i % partitions``); each
    event's ``timestamp`` field is the wall-clock time of its ``send`` (its produce time, and
    its event time);
@@ -44,6 +45,12 @@ behind the rate (or a backlog remains), the job does not keep up. ``capacity`` i
 read over the busy time of the batches (sum of ``millis``). Every record produced must reach
 a pane (the pane counts are checked against the producer's); a difference fails the run.
 
+Capacity with nothing else on the machine (``--backlog N``): on a 2-core machine a
+pure-Python producer at 20,000 records/s takes about a core from the job it feeds. So, after
+the rates, N records are produced before the job starts, and the job reads them
+``--batch-max-records`` a batch, as after an outage; the drain rate is the highest rate the
+job sustains (see :func:`measure_backlog`).
+
 Each run appends one JSON record per rate to ``bench/results/kafka-<timestamp>.jsonl``.
 All clocks are ``time.time()`` on one machine (loopback).
 
@@ -51,18 +58,18 @@ Examples::
 
     python -m bench.kafka                                # 1000, 2000, 4000 records/s, 60 s each
     python -m bench.kafka --rates 2000 --seconds 15      # a quick check
+    python -m bench.kafka --rates 4000,20000 --seconds 20 --backlog 300000 --batch-max-records 40000
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
-import random
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -70,15 +77,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 
+from bench.kafka_clients import WARM_UP_TEAM, PaneConsumer, Producer
 from bench.report import weighted_percentile
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-TEAMS = tuple(f"team-{number:02d}" for number in range(20))
 #: Seconds the job may take to run its first micro-batches (Spark workers start).
 STARTUP_SECONDS = 180.0
 #: Before production, this many records of team WARM_UP_TEAM go through the whole job (the
 #: first batch with records starts every stage's DoFns); they are left out of the figures.
-WARM_UP_RECORDS, WARM_UP_TEAM = 200, "warm-up"
+WARM_UP_RECORDS = 200
 #: Batches without records run after the warm-up, before production (their cost is reported).
 IDLE_BATCHES = 3
 
@@ -145,7 +152,8 @@ def build(pipeline: beam.Pipeline, arguments: argparse.Namespace, servers: str,
         servers, input_topic, value_decoder=utf8, timestamp_fn=event_time_of,
         records_per_bundle=arguments.records_per_bundle,
         seconds_per_bundle=arguments.seconds_per_bundle,
-        poll_timeout_seconds=arguments.poll_timeout, idle_timeout_seconds=5.0)
+        poll_timeout_seconds=arguments.poll_timeout, idle_timeout_seconds=5.0,
+        batch_max_records=arguments.batch_max_records)
     parsed = read.records | "Values" >> beam.Map(_value) | "Parse" >> ParseJson(GameEvent)
     _ = (parsed.parsed
          | "TeamAndProduceTime" >> beam.Map(_team_and_produce_time)
@@ -157,86 +165,6 @@ def build(pipeline: beam.Pipeline, arguments: argparse.Namespace, servers: str,
          | "Describe" >> beam.ParDo(_DescribePane())
          | "PanesToKafka" >> WriteToKafka(servers, output_topic, key_fn=_key, value_fn=_value,
                                           value_serializer=json_bytes))
-
-
-class Producer(threading.Thread):
-    """Sends game events at ``rate`` per second for ``seconds``; ``timestamp`` = send time."""
-
-    def __init__(self, servers: str, topic: str, partitions: int, rate: float, seconds: float,
-                 seed: int) -> None:
-        super().__init__(name="bench-producer", daemon=True)
-        self._servers, self._topic, self._partitions = servers, topic, partitions
-        self._rate, self._seconds, self._random = rate, seconds, random.Random(seed)
-        self.sent = 0
-        self.failed = 0
-        self.started = self.ended = None
-        self.error: Optional[BaseException] = None
-
-    def _failure(self, _error) -> None:
-        self.failed += 1
-
-    def run(self) -> None:
-        from kafka import KafkaProducer
-
-        producer = KafkaProducer(bootstrap_servers=self._servers, linger_ms=2, acks=1)
-        try:
-            self.started = time.time()
-            end = self.started + self._seconds
-            while True:
-                now = time.time()
-                if now >= end:
-                    break
-                due = int((now - self.started) * self._rate)
-                while self.sent < due:
-                    event = {"user": f"user-{self._random.randrange(500)}",
-                             "team": TEAMS[self._random.randrange(len(TEAMS))],
-                             "score": self._random.randint(1, 100), "timestamp": time.time()}
-                    producer.send(self._topic, value=json.dumps(event).encode(),
-                                  partition=self.sent % self._partitions
-                                  ).add_errback(self._failure)
-                    self.sent += 1
-                time.sleep(0.002)
-            self.ended = time.time()
-            producer.flush(timeout=60)
-        except BaseException as error:  # reported, never swallowed
-            self.error = error
-        finally:
-            producer.close(timeout=10)
-
-
-class PaneConsumer(threading.Thread):
-    """Reads the output topic until stopped: (time seen, pane dict) for every pane."""
-
-    def __init__(self, servers: str, topic: str) -> None:
-        super().__init__(name="bench-pane-consumer", daemon=True)
-        from kafka import KafkaConsumer, TopicPartition
-
-        from transforms.kafka.polling import poll_records
-
-        self._poll = poll_records
-        # A short fetch wait, so the consumer's own long-poll does not add to the latency.
-        self._consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
-                                       fetch_max_wait_ms=20)
-        partitions = [TopicPartition(topic, partition) for partition in
-                      sorted(self._consumer.partitions_for_topic(topic) or [0])]
-        self._consumer.assign(partitions)
-        self._consumer.seek_to_beginning(*partitions)
-        self.halt = threading.Event()
-        self.panes: List[Tuple[float, Dict[str, Any]]] = []
-
-    def records(self, warm_up: bool = False) -> int:
-        """Records in the panes seen so far: the measured ones, or the warm-up ones."""
-        return sum(pane["count"] for _, pane in list(self.panes)
-                   if (pane["team"] == WARM_UP_TEAM) == warm_up)
-
-    def run(self) -> None:
-        try:
-            while not self.halt.is_set():
-                for records in self._poll(self._consumer, 0.1, stop=self.halt).values():
-                    seen = time.time()
-                    self.panes.extend((seen, json.loads(record.value)) for record in records)
-        finally:
-            self._consumer.close()
 
 
 def _millis(seconds: Optional[float]) -> Optional[int]:
@@ -380,17 +308,46 @@ def warm_up(servers: str, topic: str, consumer: PaneConsumer, result: Any) -> No
         time.sleep(0.2)
 
 
-def measure(arguments: argparse.Namespace, session: Any, servers: str, rate: float
-            ) -> Dict[str, Any]:
-    """One rate on fresh topics: start the job, produce, drain, stop the job; summarize."""
+def _start_job(arguments: argparse.Namespace, session: Any, servers: str, input_topic: str,
+               output_topic: str, report: str, bound: float) -> Any:
+    """The benchmark's job on the SparkRunner, started; its per-batch lines go to ``report``."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.live.kafka_topics import create_topics
     from runners.spark import SparkRunner
+
+    options = PipelineOptions([
+        "--streaming", f"--spark_master_url={arguments.master}",
+        f"--spark_parallelism={arguments.parallelism}",
+        f"--batch_interval_seconds={arguments.batch_interval}",
+        f"--streaming_report={report}", f"--streaming_timeout_seconds={bound}"])
+    pipeline = beam.Pipeline(runner=SparkRunner(session), options=options)
+    build(pipeline, arguments, servers, input_topic, output_topic)
+    return pipeline.run()
+
+
+def _job_figures(session: Any, result: Any, batches: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Spark jobs per batch, and the SDK harness's busiest steps per batch."""
+    jobs = len(session.sparkContext.statusTracker().getJobIdsForGroup(result._job_group))
+    steps = sdk_millis_per_step(result)
+    return {"spark_jobs_per_batch": round(jobs / max(len(batches), 1), 2),
+            "sdk_harness_millis_per_batch": {
+                step: round(millis / max(len(batches), 1), 1)
+                for step, millis in sorted(steps.items(), key=lambda item: -item[1])[:6]}}
+
+
+def _topics(servers: str, partitions: int) -> Tuple[str, str]:
+    from pipelines.live.kafka_topics import create_topics
 
     run = uuid.uuid4().hex[:8]
     input_topic, output_topic = f"bench-events-{run}", f"bench-panes-{run}"
-    create_topics(servers, [input_topic, output_topic], arguments.partitions)
+    create_topics(servers, [input_topic, output_topic], partitions)
+    return input_topic, output_topic
+
+
+def measure(arguments: argparse.Namespace, session: Any, servers: str, rate: float
+            ) -> Dict[str, Any]:
+    """One rate on fresh topics: start the job, produce, drain, stop the job; summarize."""
+    input_topic, output_topic = _topics(servers, arguments.partitions)
     consumer = PaneConsumer(servers, output_topic)
     consumer.start()
     producer = Producer(servers, input_topic, arguments.partitions, rate, arguments.seconds,
@@ -398,14 +355,8 @@ def measure(arguments: argparse.Namespace, session: Any, servers: str, rate: flo
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as scratch:
         report = os.path.join(scratch, "report.jsonl")
         bound = 2 * STARTUP_SECONDS + arguments.seconds + arguments.drain_seconds + 30
-        options = PipelineOptions([
-            "--streaming", f"--spark_master_url={arguments.master}",
-            f"--spark_parallelism={arguments.parallelism}",
-            f"--batch_interval_seconds={arguments.batch_interval}",
-            f"--streaming_report={report}", f"--streaming_timeout_seconds={bound}"])
-        pipeline = beam.Pipeline(runner=SparkRunner(session), options=options)
-        build(pipeline, arguments, servers, input_topic, output_topic)
-        result = pipeline.run()
+        result = _start_job(arguments, session, servers, input_topic, output_topic, report,
+                            bound)
         try:
             warm_up(servers, input_topic, consumer, result)
             # A few batches without records: what a batch costs by itself.
@@ -417,7 +368,7 @@ def measure(arguments: argparse.Namespace, session: Any, servers: str, rate: flo
             producer.start()
             producer.join(arguments.seconds + 90)
             if producer.error is not None:
-                raise RuntimeError(f"the producer failed: {producer.error!r}")
+                raise RuntimeError(f"the producer failed: {producer.error}")
             deadline = time.time() + arguments.drain_seconds
             while consumer.records() < producer.sent and time.time() < deadline:
                 time.sleep(0.2)
@@ -427,19 +378,82 @@ def measure(arguments: argparse.Namespace, session: Any, servers: str, rate: flo
             consumer.halt.set()
             consumer.join(10)
         batches = _report(report)
-    jobs = len(session.sparkContext.statusTracker().getJobIdsForGroup(result._job_group))
-    steps = sdk_millis_per_step(result)
-    job = {"spark_jobs_per_batch": round(jobs / max(len(batches), 1), 2),
-           "sdk_harness_millis_per_batch": {
-               step: round(millis / max(len(batches), 1), 1)
-               for step, millis in sorted(steps.items(), key=lambda item: -item[1])[:6]}}
-    return summarize(arguments, rate, producer, list(consumer.panes), batches, job)
+    return summarize(arguments, rate, producer, list(consumer.panes), batches,
+                     _job_figures(session, result, batches))
+
+
+def measure_backlog(arguments: argparse.Namespace, session: Any, servers: str
+                    ) -> Dict[str, Any]:
+    """The job's capacity with no producer beside it on the machine: ``--backlog`` records
+    are in the topic before the job starts, and it reads them ``--batch-max-records`` a
+    batch (admission control). The drain rate leaves out the first batch that reads, which
+    also starts every Python worker and DoFn: records of the later batches over the time
+    from the start of the second to the end of the last."""
+    input_topic, output_topic = _topics(servers, arguments.partitions)
+    producer = Producer(servers, input_topic, arguments.partitions, None, None,
+                        arguments.seed, limit=arguments.backlog)
+    print(f"  backlog: producing {arguments.backlog} records before the job starts",
+          flush=True)
+    producer.start()
+    producer.join(max(120.0, arguments.backlog / 1000))
+    if producer.error is not None:
+        raise RuntimeError(f"the producer failed: {producer.error}")
+    consumer = PaneConsumer(servers, output_topic)
+    consumer.start()
+    with tempfile.TemporaryDirectory(prefix="bench-kafka-") as scratch:
+        report = os.path.join(scratch, "report.jsonl")
+        wait = STARTUP_SECONDS + arguments.backlog / 1000 + arguments.drain_seconds
+        result = _start_job(arguments, session, servers, input_topic, output_topic, report,
+                            wait + 30)
+        try:
+            deadline = time.time() + wait
+            while consumer.records() < producer.sent and time.time() < deadline:
+                if result.state in ("DONE", "FAILED", "CANCELLED"):
+                    result.wait_until_finish()  # raises the job's error
+                time.sleep(0.2)
+            time.sleep(arguments.batch_interval)
+        finally:
+            result.cancel()
+            consumer.halt.set()
+            consumer.join(10)
+        batches = _report(report)
+    reading = [batch for batch in batches if batch["source_elements"]]
+    steady = reading[1:]
+    span = (steady[-1]["time"] - (steady[0]["time"] - steady[0]["millis"] / 1000)
+            if steady else 0.0)
+    read = sum(batch["source_elements"] for batch in steady)
+    millis = [(batch["millis"], 1) for batch in steady]
+    in_panes = consumer.records()
+    return {
+        "workload": "kafka_team_scores_backlog", "broker": arguments.broker,
+        "master": arguments.master, "parallelism": arguments.parallelism,
+        "partitions": arguments.partitions, "batch_interval_seconds": arguments.batch_interval,
+        "backlog": producer.sent, "batch_max_records": arguments.batch_max_records,
+        "drain_records_per_second": round(read / span, 1) if span else None,
+        "batches_reading": len(reading),
+        "first_batch_millis": reading[0]["millis"] if reading else None,
+        "first_batch_records": reading[0]["source_elements"] if reading else None,
+        "batch_millis_p50": weighted_percentile(millis, 0.5),
+        "batch_millis_p95": weighted_percentile(millis, 0.95),
+        "records_per_batch_p50": weighted_percentile(
+            [(batch["source_elements"], 1) for batch in steady], 0.5),
+        "records_in_panes": in_panes, "agrees": in_panes == producer.sent and not producer.failed,
+        **_job_figures(session, result, batches),
+        "load_average_1min": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
+    }
 
 
 def print_record(record: Dict[str, Any]) -> None:
     for name, value in record.items():
         if name != "batch_trace":
             print(f"  {name:34s} {value}")
+    if record["workload"] == "kafka_team_scores_backlog":
+        print(f"  capacity: {record['backlog']} records waiting, read "
+              f"{record['batch_max_records'] or 'all'} a batch: "
+              f"{record['drain_records_per_second']} records/s after the first batch "
+              f"({record['first_batch_millis']} ms, it starts the workers); a batch ran "
+              f"{record['batch_millis_p50']} ms p50", flush=True)
+        return
     interval_ms = record["batch_interval_seconds"] * 1000
     print(f"  where time goes: batches every {interval_ms:.0f} ms at best; a batch ran "
           f"{record['batch_millis_p50']} ms p50 / {record['batch_millis_p95']} ms p95 "
@@ -482,6 +496,12 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="ReadFromKafka: seconds a partition is read per batch at most (0.25)")
     parser.add_argument("--poll-timeout", type=float, default=0.05,
                         help="ReadFromKafka: seconds an empty poll waits (0.05)")
+    parser.add_argument("--backlog", type=int, default=0,
+                        help="also measure the job's capacity on a backlog of this many "
+                             "records, produced before the job starts (0: not measured)")
+    parser.add_argument("--batch-max-records", type=int, default=None,
+                        help="ReadFromKafka: records a batch reads at most, in all "
+                             "(admission control; default: whatever the log holds)")
     parser.add_argument("--drain-seconds", type=float, default=30.0,
                         help="after producing, wait at most this long for the last panes (30)")
     parser.add_argument("--broker", choices=("noida", "tansu"),
@@ -493,6 +513,9 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     arguments = parser.parse_args(argv)
     if arguments.seconds <= 0 or arguments.partitions < 1 or arguments.batch_interval <= 0:
         parser.error("--seconds and --batch-interval must be > 0, --partitions >= 1")
+    if arguments.backlog < 0 or (arguments.batch_max_records is not None
+                                 and arguments.batch_max_records < 1):
+        parser.error("--backlog must be >= 0 and --batch-max-records >= 1")
     return arguments
 
 
@@ -523,9 +546,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{arguments.broker} broker PID {broker.pid} at {broker.bootstrap_servers}",
               flush=True)
         session = bench_session(arguments.master, arguments.parallelism)
-        for rate in arguments.rates:
-            record = {"run_id": stamp, **measure(arguments, session, broker.bootstrap_servers,
-                                                  rate)}
+        runs = [functools.partial(measure, arguments, session, broker.bootstrap_servers, rate)
+                for rate in arguments.rates]
+        if arguments.backlog:
+            runs.append(functools.partial(measure_backlog, arguments, session,
+                                          broker.bootstrap_servers))
+        for run in runs:
+            record = {"run_id": stamp, **run()}
             records.append(record)
             print_record(record)
             arguments.results_dir.mkdir(parents=True, exist_ok=True)
