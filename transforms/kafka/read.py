@@ -210,7 +210,7 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
         try:
             self._client().commit({tp: OffsetAndMetadata(next_offset, "", -1)})
             self._committed[tp] = next_offset
-        except (KafkaError, OSError) as error:
+        except (KafkaError, OSError, kafka_offsets.KafkaUnavailableError) as error:
             _LOG.warning("could not commit offset %d of %s for group %s (will retry on the next "
                          "bundle; records may be re-read after a restart): %s",
                          next_offset, tp, self._config.group_id, error)
@@ -237,9 +237,6 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
                 self._to_output, config.poll_timeout_seconds, config.records_per_bundle)
             return
         start = tracker.current_restriction().start
-        if start > element.start_offset:
-            # A resumed remainder: everything before `start` was output by a committed bundle.
-            self._commit(tp, start)
         try:
             consumer = self._client()
         except kafka_offsets.KafkaUnavailableError:
@@ -249,6 +246,9 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
                                      f"the read of {tp.topic}/{tp.partition}"):
                 raise
             consumer = self._client()
+        if start > element.start_offset:
+            # A resumed remainder: everything before `start` was output by a committed bundle.
+            self._commit(tp, start)
         consumer.assign([tp])
         consumer.seek(tp, start)
         deadline = time.monotonic() + config.seconds_per_bundle

@@ -244,8 +244,8 @@ class WriteToKafka(beam.PTransform):
         producer_config: Optional[Dict[str, Any]] = None,
         exactly_once: bool = False,
         transactional_id: Optional[str] = None,
-        broker_wait_seconds: float = BROKER_WAIT_SECONDS,
         label: Optional[str] = None,
+        broker_wait_seconds: float = BROKER_WAIT_SECONDS,
     ) -> None:
         super().__init__(label)
         servers = servers_list(bootstrap_servers)
@@ -302,8 +302,8 @@ class WriteDeadLettersToKafka(WriteToKafka):
 
     def __init__(self, bootstrap_servers: Union[str, Sequence[str]], topic: str,
                  producer_config: Optional[Dict[str, Any]] = None,
-                 broker_wait_seconds: float = BROKER_WAIT_SECONDS,
-                 label: Optional[str] = None) -> None:
+                 label: Optional[str] = None,
+                 broker_wait_seconds: float = BROKER_WAIT_SECONDS) -> None:
         super().__init__(bootstrap_servers, topic, key_fn=_dead_letter_key,
                          value_fn=_dead_letter_value, headers_fn=_dead_letter_headers,
                          producer_config=producer_config,
