@@ -7,16 +7,20 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist, idle processes take work from busy ones). The suite mostly waits
 # on Spark and Kafka: two processes cut the first pass from 21 to 14 min on a 2-core machine.
+# loadgroup: the tests of one xdist_group (the Spark cluster tests) share one process.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 # Options for `make run` (python -m pipelines.live), e.g. `make run RUN_ARGS="--rate 50"`.
 RUN_ARGS ?=
 # Seconds `make run` streams after Spark's first micro-batch, e.g. `make run DURATION=20`.
 DURATION ?= 60
 # Options for the benchmarks, e.g. `make bench BENCH_ARGS="--events 1000000"`.
 BENCH_ARGS ?=
-# Where `make spark-cluster` keeps the standalone cluster's URL and PIDs.
+# Where `make spark-cluster` keeps the standalone cluster's URL and PIDs, and its workers:
+# `make spark-cluster WORKERS=2` starts two, each with its own work and local directories.
 CLUSTER_DIR ?= .spark-cluster
+WORKERS ?= 1
+WORKER_CORES ?= 2
 # The embedded Kafka-protocol broker for `make kafka` (noida or tansu). The tests run every
 # Kafka test on both, in one session; KAFKA_BROKER=noida make test keeps one.
 KAFKA_BROKER ?= noida
@@ -74,10 +78,11 @@ bench-streaming: install
 bench-kafka: install
 	$(PY) -m bench.kafka $(BENCH_ARGS)
 
-# A Spark standalone master and one worker on 127.0.0.1 (free ports), from pyspark's own
-# Spark distribution; prints the spark:// URL to pass as --spark_master_url.
+# A Spark standalone master and $(WORKERS) worker(s) on 127.0.0.1 (free ports), from pyspark's
+# own Spark distribution; prints the spark:// URL to pass as --spark_master_url.
 spark-cluster: install
-	$(PY) -m services.cluster start --state-dir $(CLUSTER_DIR)
+	$(PY) -m services.cluster start --state-dir $(CLUSTER_DIR) --workers $(WORKERS) \
+	  --worker-cores $(WORKER_CORES)
 
 spark-cluster-stop:
 	@if [ -x $(PY) ]; then $(PY) -m services.cluster stop --state-dir $(CLUSTER_DIR); fi

@@ -25,8 +25,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 
 from spark_fixtures import spark_runner, spark_session  # noqa: F401 (spark_session: a fixture)
 
-# The embedded Kafka broker fixtures (KAFKA_BROKER=noida|tansu selects the broker).
-pytest_plugins = ["kafka_fixtures"]
+# The embedded Kafka broker fixtures (KAFKA_BROKER=noida|tansu selects the broker), and the
+# two-worker Spark cluster's (with an S3 server on loopback).
+pytest_plugins = ["kafka_fixtures", "cluster_fixtures"]
 
 
 def _direct_runner(request):

@@ -16,7 +16,7 @@ from typing import Iterator, List, Set
 
 import pytest
 
-from project import REPO
+from cluster_fixtures import CLUSTER_MARKS
 
 from services.cluster import (
     StandaloneCluster,
@@ -26,7 +26,7 @@ from services.cluster import (
     read_state,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = CLUSTER_MARKS
 
 APP_NAME = "test-spark-cluster"
 
@@ -36,38 +36,6 @@ def spark_cluster(tmp_path_factory) -> Iterator[StandaloneCluster]:
     """A running master + worker on 127.0.0.1, stopped (by PID) after the module."""
     with StandaloneCluster(state_dir=tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster
-
-
-def _team_scores(tmp_path: Path, name: str, *options: str) -> List[dict]:
-    """Run the team_scores job in its own process on generated input; its panes, sorted."""
-    output = tmp_path / name
-    subprocess.run(
-        [sys.executable, "-m", "pipelines.team_scores", "--input", str(tmp_path / "game.jsonl"),
-         "--output", str(output), *options],
-        check=True, timeout=600, cwd=REPO,
-    )
-    lines = (tmp_path / f"{name}.jsonl").read_text().splitlines()
-    return sorted((json.loads(line) for line in lines), key=lambda record: json.dumps(record))
-
-
-# First in the module on purpose: the `cluster_driver` fixture below keeps an application
-# holding every core of the worker until the module ends, and a second application would
-# wait for cores. This test runs before that fixture starts.
-def test_beam_pipeline_on_the_cluster_gives_the_direct_runners_panes(spark_cluster, tmp_path):
-    subprocess.run(
-        [sys.executable, "-m", "pipelines.generator", "--kind", "game", "--events", "400",
-         "--seed", "11", "--output", str(tmp_path / "game.jsonl")],
-        check=True, timeout=120,
-    )
-    on_cluster = _team_scores(
-        tmp_path, "cluster", "--runner", "SparkRunner", *spark_cluster.runner_options())
-    on_direct = _team_scores(tmp_path, "direct", "--runner", "DirectRunner")
-
-    assert on_cluster, "the job on the cluster wrote no panes"
-    assert on_cluster == on_direct
-    # The job really ran on the cluster (not on a local master): the master lists it as done.
-    status = master_status(spark_cluster.web_ui_url)
-    assert status is not None and len(status["completedapps"]) == 1
 
 
 #: The driver of the cluster tests runs in its own process: a Python process holds at most
@@ -132,7 +100,7 @@ def test_job_runs_on_the_cluster_with_the_project_importable(spark_cluster, clus
     assert cluster_driver["pythons"] == [sys.executable]
     # Ran in the worker's executor, not in the driver: the worker made an app work directory.
     assert cluster_driver["driver_pid"] not in cluster_driver["task_pids"]
-    work = Path(spark_cluster.state_dir) / "work"
+    work = spark_cluster.worker_directory(0) / "work"
     assert [path.name for path in work.iterdir() if path.name.startswith("app-")]
 
 
