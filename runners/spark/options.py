@@ -150,6 +150,16 @@ def parse_spark_conf(entries: Optional[list]) -> Dict[str, str]:
     return settings
 
 
+def is_local_master(master: str) -> bool:
+    """True for ``local`` and ``local[...]`` (one executor, in the driver's JVM); False for
+    clusters (``spark://``, ``yarn``, ``k8s://``, ``local-cluster[...]``).
+
+    >>> is_local_master("local[2]"), is_local_master("local"), is_local_master("yarn")
+    (True, True, False)
+    """
+    return master == "local" or master.startswith("local[")
+
+
 def master_url(options: PipelineOptions) -> str:
     """The master the user asked for, or :data:`DEFAULT_MASTER` when left at Beam's default."""
     explicit = options.get_all_options(drop_default=True).get("spark_master_url")
@@ -164,4 +174,4 @@ def spark_settings(options: PipelineOptions) -> Dict[str, str]:
     return settings
 
 
-__all__ = ["SparkRunnerOptions", "master_url", "spark_settings", "validated"]
+__all__ = ["SparkRunnerOptions", "is_local_master", "master_url", "spark_settings", "validated"]

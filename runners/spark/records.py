@@ -57,6 +57,9 @@ class StepReport(NamedTuple):
     hold: Optional[int] = None  # earliest watermark hold of the partition's keys
     next_event_wake: Optional[int] = None  # earliest event-time timer or window expiry
     next_processing_wake: Optional[int] = None  # earliest processing-time timer
+    loaded: bool = False  # the store was rebuilt from the checkpoint location
+    #: the state file written to the checkpoint location (a ``state_files.StateFile``)
+    written: Optional[Tuple[str, int, int]] = None
 
 
 class Residual(NamedTuple):
@@ -71,10 +74,12 @@ class Residual(NamedTuple):
 
 class SplittableReport(NamedTuple):
     """One task of a splittable DoFn stage: what it emitted, and its worker's pending
-    bundle finalizations (callbacks run once the batch's output is written)."""
+    bundle finalizations (callbacks run once the batch's output is written). ``worker``
+    names the Python worker process across the cluster: its host, its executor (by the
+    executor's own local directories) and its process id."""
 
     stage: int
-    pid: int
+    worker: str
     sequence: int
     pending: int
     outputs: int

@@ -3,6 +3,13 @@
 ``run_pipeline`` plans first (portable proto, checks, fusion): a pipeline the runner cannot
 run fails there, naming the transform and the reason, before any Spark job starts. It then
 starts the plan on a SparkContext and returns a :class:`SparkPipelineResult` at once.
+
+On a cluster master the executors need only Python and the project's third-party
+dependencies: the project's own packages are shipped with the job
+(:mod:`~runners.spark.dependencies.project`), and so is what the pipeline stages with Beam's
+``--requirements_file``, ``--extra_package``, ``--setup_file`` and ``--save_main_session``
+(:mod:`~runners.spark.dependencies.staging`). A SparkContext that already runs
+(``spark-submit``, a session of the user's) is used as it is.
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ from pyspark import SparkConf, SparkContext
 
 from runners.spark import options as spark_options
 from runners.spark import planning, support
+from runners.spark.dependencies import project, staging
 from runners.spark.execution import PlanExecution
 from runners.spark.metrics import MonitoringInfoAccumulator
 from runners.spark.result import SparkPipelineResult
 from runners.spark.streaming.loop import StreamingExecution
+from runners.spark.streaming.storage import DurableStorage
 
 #: The Beam version whose Reshuffle keeps pane info (see ``planning.plan``).
 RESHUFFLE_KEEPS_PANES_SINCE = "2.65.0"
@@ -62,22 +71,32 @@ class SparkRunner(PipelineRunner):
         self._spark_context = getattr(spark, "sparkContext", spark)
 
     def run_pipeline(self, pipeline, options: PipelineOptions) -> SparkPipelineResult:
-        return self.run_portable_pipeline(planning.pipeline_proto(pipeline, options), options)
+        return self._run(planning.pipeline_proto(pipeline, options), options,
+                         stage_dependencies=True)
 
     def run_portable_pipeline(
         self, proto: Any, options: PipelineOptions
     ) -> SparkPipelineResult:
         """Run a portable pipeline proto (``beam_runner_api_pb2.Pipeline``), e.g. one a job
-        server received; its environments must already be ones this process can execute."""
+        server received; its environments must already be ones this process can execute,
+        and what it staged already shipped (the job server does both)."""
+        return self._run(proto, options, stage_dependencies=False)
+
+    def _run(self, proto: Any, options: PipelineOptions,
+             stage_dependencies: bool) -> SparkPipelineResult:
         view = spark_options.validated(options)
         streaming = support.runs_in_streaming(proto, options, log_switch=True)
         support.check_supported(proto, streaming)
         if view.checkpoint_dir and not streaming:
             raise ValueError(f"--checkpoint_dir={view.checkpoint_dir}: checkpoints are for "
                              "--streaming runs (a batch run restarts from its input)")
+        checkpoint_storage = (DurableStorage.open(view.checkpoint_dir, options)
+                              if view.checkpoint_dir else None)
         plan = planning.plan(proto, streaming=streaming, native_reshuffle=not (
             options.is_compat_version_prior_to(RESHUFFLE_KEEPS_PANES_SINCE)))
         spark_context = self._context(options)
+        if stage_dependencies:
+            staging.stage_for_executors(spark_context, options)
         accumulator = spark_context.accumulator([], MonitoringInfoAccumulator())
         parallelism = view.spark_parallelism or spark_context.defaultParallelism
         if streaming:
@@ -85,7 +104,7 @@ class SparkRunner(PipelineRunner):
                 spark_context, plan, accumulator, parallelism, view.bundle_size,
                 batch_interval=view.batch_interval_seconds, max_batches=view.max_batches,
                 timeout=view.streaming_timeout_seconds, report_path=view.streaming_report,
-                checkpoint_dir=view.checkpoint_dir,
+                checkpoint_storage=checkpoint_storage,
                 checkpoint_interval=view.checkpoint_interval_batches)
         else:
             execution = PlanExecution(
@@ -94,11 +113,34 @@ class SparkRunner(PipelineRunner):
         return SparkPipelineResult(spark_context, execution, accumulator).start()
 
     def _context(self, options: PipelineOptions) -> Any:
-        if self._spark_context is None:
-            settings = spark_options.spark_settings(options)
-            if settings["spark.master"].startswith("local"):
-                settings = {**LOCAL_SETTINGS, **settings}
-            # Executors must run this interpreter (Beam, the project) whatever the conf says.
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            self._spark_context = SparkContext.getOrCreate(SparkConf().setAll(settings.items()))
+        """The SparkContext to run on: the one given, the one running, or a new one from the
+        options; on a cluster, with the project's packages shipped to its executors."""
+        if self._spark_context is None and SparkContext._active_spark_context is not None:
+            self._spark_context = SparkContext.getOrCreate()
+        if self._spark_context is not None:
+            if not spark_options.is_local_master(self._spark_context.master):
+                project.ship_project(self._spark_context, project.project_archive(),
+                                     on_python_path=False)
+            return self._spark_context
+        settings = spark_options.spark_settings(options)
+        archive = None
+        if spark_options.is_local_master(settings["spark.master"]):
+            settings = {**LOCAL_SETTINGS, **settings}
+        else:
+            archive = project.project_archive()
+            settings["spark.executorEnv.PYTHONPATH"] = project.executor_python_path(
+                archive, settings)
+            # A streaming job's key partitions stay on the executors that first ran them:
+            # the first job waits (up to Spark's 30 s) until every executor asked for is up.
+            settings.setdefault("spark.scheduler.minRegisteredResourcesRatio", "1.0")
+        # PySpark takes the executors' Python from PYSPARK_PYTHON only: the one a
+        # --spark_conf names, else the environment's, else this interpreter.
+        named = spark_options.parse_spark_conf(
+            options.view_as(spark_options.SparkRunnerOptions).spark_conf)
+        python = (named.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+                  or sys.executable)
+        settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"] = python
+        self._spark_context = SparkContext.getOrCreate(SparkConf().setAll(settings.items()))
+        if archive is not None:
+            project.ship_project(self._spark_context, archive, on_python_path=True)
         return self._spark_context

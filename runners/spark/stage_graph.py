@@ -146,6 +146,8 @@ class StageGraph:
         self._side_chunks: Dict[bytes, List[bytes]] = {}
         self._broadcasts: List[Any] = []
         self.pass_plan: Optional[PassPlan] = None
+        #: Merge the pass's final partitions into ``parallelism`` tasks when there are more.
+        self.coalesce_terminals = True
 
     # ----- what subclasses decide
     def source_rdd(self, buffer_id: bytes) -> Optional[Any]:
@@ -273,7 +275,7 @@ class StageGraph:
                 return []
             union = (self._terminals[0] if len(self._terminals) == 1
                      else self.sc.union(self._terminals))
-            if union.getNumPartitions() > self.context.parallelism:
+            if self.coalesce_terminals and union.getNumPartitions() > self.context.parallelism:
                 # A Python task costs ~0.1 s however little it does: fewer, fuller tasks.
                 union = union.coalesce(self.context.parallelism)
             self.context.before_job()

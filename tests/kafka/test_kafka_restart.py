@@ -31,33 +31,16 @@ import pytest
 
 from kafka_fixtures import recent_base_seconds
 from kafka_jobs import (
+    PARTITIONS,
+    PER_PARTITION,
     finish_job,
     game_records,
     kill_job,
     start_job,
+    team_scores_command,
     topic_panes,
     wait_for_records,
 )
-from project import PYTHON
-
-PARTITIONS = 4
-PER_PARTITION = 12
-BATCH_CAP = 2
-WINDOW = 10
-
-
-def _command(kafka, source: str, output: str, checkpoint_dir: Path,
-             exactly_once: bool) -> List[str]:
-    return [PYTHON, "-m", "pipelines.team_scores", "--source", "kafka",
-            "--bootstrap_servers", kafka.bootstrap_servers, "--input_topic", source,
-            "--output_topic", output, "--max_records", str(PER_PARTITION),
-            "--batch_max_records_per_partition", str(BATCH_CAP),
-            "--window_seconds", str(WINDOW), "--early_seconds", "0",
-            "--allowed_lateness", "600", "--idle_timeout_seconds", "3600",
-            "--runner", "SparkRunner", "--streaming", "--batch_interval_seconds", "0.2",
-            "--checkpoint_dir", str(checkpoint_dir), "--checkpoint_interval_batches", "1",
-            "--spark_parallelism", "1", "--spark_conf", "spark.ui.enabled=false",
-            *(["--exactly_once"] if exactly_once else [])]
 
 
 def _kill_after_panes(job, kafka, topic: str, panes: int, log_path: Path) -> None:
@@ -85,12 +68,12 @@ def test_killed_kafka_job_resumes_from_its_checkpoint(kafka, kafka_broker_kind, 
 
     reference_log, log_1, log_2 = (tmp_path / name for name in ("reference.log", "run-1.log",
                                                                 "run-2.log"))
-    reference = start_job(_command(kafka, source, reference_topic, tmp_path / "reference",
+    reference = start_job(team_scores_command(kafka, source, reference_topic, tmp_path / "reference",
                                 exactly_once), reference_log)
     # Runs 1 and 2 append to one report (an option of the pipeline is part of what the
     # checkpoint's fingerprint compares, so both runs are given the same).
     report = tmp_path / "report.jsonl"
-    run_1 = start_job(_command(kafka, source, output, tmp_path / "checkpoints", exactly_once)
+    run_1 = start_job(team_scores_command(kafka, source, output, tmp_path / "checkpoints", exactly_once)
                    + ["--streaming_report", str(report)], log_1)
     try:
         _kill_after_panes(run_1, kafka, output, 3, log_1)
@@ -101,7 +84,7 @@ def test_killed_kafka_job_resumes_from_its_checkpoint(kafka, kafka_broker_kind, 
     assert (tmp_path / "checkpoints" / "plans").is_dir(), "run 1 logged its batches' ranges"
 
     reported = len(report.read_text().splitlines()) if report.exists() else 0
-    run_2 = start_job(_command(kafka, source, output, tmp_path / "checkpoints", exactly_once)
+    run_2 = start_job(team_scores_command(kafka, source, output, tmp_path / "checkpoints", exactly_once)
                    + ["--streaming_report", str(report)], log_2)
     finish_job(run_2, log_2)
     first_batch = json.loads(report.read_text().splitlines()[reported])["batch"]

@@ -47,7 +47,8 @@ from runners.spark.streaming.state import (
     TriggerStateCodec,
     decode_user_state,
 )
-from runners.spark.streaming.state_store import checkpoint_file_name, step_directory_name
+from runners.spark.streaming.state_files import StateFile, file_name
+from runners.spark.streaming.state_store import step_directory_name
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from triggers.panes import DescribePanes
 
@@ -227,14 +228,22 @@ def test_killed_driver_resumes_from_its_checkpoint_with_the_same_panes(runner, t
     assert manifest["batch"] == 3
     assert manifests(checkpoint_dir) == ["checkpoint-00000003"]
     # The keyed state is not in the driver's data: each key partition of both keyed steps
-    # (the sum's GroupByKey, the running count) wrote its own file, which the manifest names.
+    # (the sum's GroupByKey, the running count) wrote the keys each batch changed (deltas),
+    # which the manifest names; batch 4's tasks wrote theirs too, after the checkpoint.
     assert len(manifest["state_files"]) == 2
-    for step, chain in manifest["state_files"].items():
-        assert [kind for kind, _ in chain] == ["delta"], step
+    for step, chains in manifest["state_files"].items():
         directory = checkpoint_dir / "state" / step_directory_name(step)
-        assert sorted(os.listdir(directory)) == ["00000", "00001"]
-        for partition in ("00000", "00001"):
-            assert os.listdir(directory / partition) == [checkpoint_file_name(*chain[0])]
+        # Partitions whose keys changed (both, or the one all of a step's keys hash to).
+        assert chains and set(chains) <= {"0", "1"}, step
+        assert sorted(os.listdir(directory)) == sorted(f"{int(p):05d}" for p in chains)
+        for partition, chain in chains.items():
+            assert {kind for kind, _, _ in chain} == {"delta"}, step
+            on_disk = set(os.listdir(directory / f"{int(partition):05d}"))
+            named = {file_name(StateFile(*entry)) for entry in chain}
+            assert named <= on_disk
+            later = [name for name in on_disk - named
+                     if int(name.split("-")[1].split(".")[0]) <= max(v for _, v, _ in chain)]
+            assert later == [], step
 
     run_2_dir = tmp_path / "run-2"
     run_2_dir.mkdir()
@@ -246,8 +255,12 @@ def test_killed_driver_resumes_from_its_checkpoint_with_the_same_panes(runner, t
     assert batches_run(result) == all_batches - 3  # resumed after batch 3
     # It checkpointed after batches 6 and 9 (its last), keeping only the latest.
     assert manifests(checkpoint_dir) == [f"checkpoint-{all_batches:08d}"]
-    # A checkpoint a killed driver left half-written (not renamed into place) is ignored.
-    (checkpoint_dir / f".incomplete-checkpoint-{all_batches + 3:08d}-1").mkdir()
+    # A checkpoint a killed driver left half-written (no manifest yet, or a manifest cut
+    # short) is skipped for the one before it.
+    (checkpoint_dir / f"checkpoint-{all_batches + 3:08d}").mkdir()
+    (checkpoint_dir / f"checkpoint-{all_batches + 3:08d}" / "data.bin").write_bytes(b"x")
+    (checkpoint_dir / f"checkpoint-{all_batches + 6:08d}").mkdir()
+    (checkpoint_dir / f"checkpoint-{all_batches + 6:08d}" / MANIFEST).write_text('{"form')
     assert latest_checkpoint(str(checkpoint_dir)).endswith(f"checkpoint-{all_batches:08d}")
 
     uninterrupted = collections.Counter(pane for pane, _ in read_panes(uninterrupted_dir))

@@ -19,8 +19,8 @@ from apache_beam.testing import test_stream as streams
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
+from runners.spark.streaming import state_files
 from runners.spark.streaming.checkpoint import latest_checkpoint, read_manifest
-from runners.spark.streaming.micro_batch import SNAPSHOT_EVERY
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from test_spark_streaming_checkpoint import WritePanes, read_panes
 
@@ -88,13 +88,19 @@ def build_counts(pipeline, panes_directory, batches):
          | "Write" >> beam.ParDo(WritePanes(panes_directory)))
 
 
+#: Deltas in a chain before a snapshot, for the snapshot test (the driver decides).
+DELTAS_PER_SNAPSHOT = 4
+
+
 @pytest.mark.parametrize("runner_name", ["SparkRunner"], indirect=True)
-def test_checkpoints_reach_a_snapshot_and_a_restart_gives_the_same_panes(runner, tmp_path):
-    """Checkpointed every batch, the GroupByKey's chain of state files starts over with a
-    snapshot after SNAPSHOT_EVERY checkpoints; a run stopped there and started again on
-    the same directory (its stores rebuilt from the snapshot and deltas) ends with the
-    panes of an uninterrupted run, every pane once."""
-    batches = 2 * SNAPSHOT_EVERY
+def test_state_files_reach_a_snapshot_and_a_restart_gives_the_same_panes(runner, tmp_path,
+                                                                          monkeypatch):
+    """Each batch's tasks write the keys they changed (a delta); a partition's chain starts
+    over with a snapshot after DELTAS_PER_SNAPSHOT deltas; a run stopped there and started
+    again on the same directory (its stores rebuilt from the snapshot and deltas) ends with
+    the panes of an uninterrupted run, every pane once."""
+    monkeypatch.setattr(state_files, "MAX_DELTAS", DELTAS_PER_SNAPSHOT)
+    batches = 3 * DELTAS_PER_SNAPSHOT + 2
     uninterrupted, first, second = (tmp_path / name for name in ("all", "first", "second"))
     for directory in (uninterrupted, first, second):
         directory.mkdir()
@@ -103,7 +109,7 @@ def test_checkpoints_reach_a_snapshot_and_a_restart_gives_the_same_panes(runner,
     pipeline.run().wait_until_finish()
 
     checkpoints = tmp_path / "checkpoints"
-    stop_at = SNAPSHOT_EVERY + 4
+    stop_at = 2 * DELTAS_PER_SNAPSHOT + 2
     options = PipelineOptions(streaming=True, checkpoint_dir=str(checkpoints),
                               checkpoint_interval_batches=1, max_batches=stop_at)
     pipeline = beam.Pipeline(runner=runner, options=options)
@@ -111,8 +117,18 @@ def test_checkpoints_reach_a_snapshot_and_a_restart_gives_the_same_panes(runner,
     pipeline.run().wait_until_finish()
     manifest = read_manifest(latest_checkpoint(str(checkpoints)))
     assert manifest["batch"] == stop_at
-    chain = manifest["state_files"]["Sum/GroupByKey"]
-    assert chain[0][0] == "snapshot" and {kind for kind, _ in chain[1:]} <= {"delta"}
+    chains = manifest["state_files"]["Sum/GroupByKey"]
+    assert sorted(chains) == ["0", "1"]
+    for chain in chains.values():
+        kinds = [kind for kind, _, _ in chain]
+        assert kinds[0] == "snapshot" and set(kinds[1:]) <= {"delta"}, kinds
+        assert len(kinds) <= DELTAS_PER_SNAPSHOT + 1
+    # Only the files the chains name are kept (older chains went with the checkpoint
+    # that named them last).
+    kept = sorted(path.name for path in (checkpoints / "state").rglob("*") if path.is_file())
+    named = sorted(state_files.file_name(state_files.StateFile(*entry))
+                   for chain in chains.values() for entry in chain)
+    assert kept == named
 
     options = PipelineOptions(streaming=True, checkpoint_dir=str(checkpoints),
                               checkpoint_interval_batches=1)

@@ -3,28 +3,33 @@
 No Spark here: these tests drive :class:`PartitionState` as a keyed step's task does, and
 check what a micro-batch relies on: only touched keys are read and written, a task that
 fails leaves the previous version, a task run again after it committed rolls back first,
-checkpoint files rebuild the same store elsewhere, and a store at an unknown version is
-refused with a message that says what to do.
+the state files every commit writes rebuild the same store elsewhere, and a store at an
+unknown version is refused with a message that says what to do.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 
 import pytest
 
 from runners.spark.streaming import state_store
-from runners.spark.streaming.state_store import (
+from runners.spark.streaming.state_files import (
     DurableState,
+    StateFile,
+    StateFileError,
+    decode_delta,
+    encode_delta,
+    file_name,
+)
+from runners.spark.streaming.state_store import (
     KeyState,
     PartitionState,
     StateLostError,
     StoreLocation,
     VersionPlan,
-    checkpoint_file_name,
-    write_checkpoint,
 )
+from runners.spark.streaming.storage import DurableStorage
 
 
 @pytest.fixture
@@ -34,7 +39,7 @@ def location(tmp_path):
 
 def contents(location, version, durable=None):
     """Every key's state (the keys due at a far watermark), and the summary, at ``version``,
-    read by a task that leaves the store at its version (as a checkpoint-only task does)."""
+    read by a task that leaves the store at its version."""
     with PartitionState.open(location, VersionPlan(version, version, durable)) as state:
         due = state.due(watermark=2**62, processing=2**62)
         found = {key: state.get(key) for key in sorted(due)}
@@ -107,33 +112,44 @@ def test_a_store_at_an_unknown_version_is_refused_without_a_checkpoint(location)
     assert "found version 4" in message and "--checkpoint_dir" in message
 
 
-def test_checkpoint_files_rebuild_the_store_on_another_executor(tmp_path, location):
-    durable = DurableState(str(tmp_path / "checkpoint" / "Sum"))
-    # Version 1: three keys; checkpointed as a delta (changes since nothing).
-    with PartitionState.open(location, VersionPlan(0, 1, durable, "delta")) as state:
+def durable_state(tmp_path, chain=(), snapshot=False):
+    storage = DurableStorage.open(str(tmp_path / "checkpoint"))
+    return DurableState(storage, storage.join("Sum", "00003"), tuple(chain), snapshot)
+
+
+def test_every_commit_writes_its_changes_and_they_rebuild_the_store_elsewhere(tmp_path,
+                                                                               location):
+    durable = durable_state(tmp_path)
+    # Version 1: three keys, written as a delta of version 1.
+    with PartitionState.open(location, VersionPlan(0, 1, durable)) as state:
         for key in (b"a", b"b", b"c"):
             state.put(key, KeyState(key * 3, wake_event=ord(key), hold=ord(key)))
-    durable = DurableState(durable.directory, (("delta", 1),))
-    # Version 2 (not checkpointed): b changes, c goes.
+    assert state.written == StateFile("delta", 1, state.written.size) and not state.loaded
+    durable = durable_state(tmp_path, [state.written])
+    # Version 2: b changes, c goes.
     with PartitionState.open(location, VersionPlan(1, 2, durable)) as state:
         state.put(b"b", KeyState(b"B", wake_processing=7))
         state.delete(b"c")
-    # Version 3, checkpointed: the delta holds what changed since version 1 (b, c, d).
-    with PartitionState.open(location, VersionPlan(2, 3, durable, "delta")) as state:
-        state.put(b"d", KeyState(b"dddd", wake_event=100))
-    partition = os.path.join(durable.directory, "00003")
-    assert sorted(os.listdir(partition)) == [checkpoint_file_name("delta", 1),
-                                             checkpoint_file_name("delta", 3)]
-    with open(os.path.join(partition, checkpoint_file_name("delta", 3)), "rb") as file:
-        _, _, rows = pickle.load(file)
-    assert sorted(key for key, _ in rows) == [b"b", b"c", b"d"]
+        state.delete(b"never-there")  # nothing to write for it
+    second = state.written
+    # Version 3 changes nothing: no file.
+    with PartitionState.open(location, VersionPlan(2, 3, durable_state(tmp_path))) as state:
+        pass
+    assert state.written is None
+    partition = durable.directory
+    assert sorted(os.listdir(partition)) == [file_name(StateFile("delta", 1, 0)),
+                                             file_name(second)]
+    with open(os.path.join(partition, file_name(second)), "rb") as file:
+        version, rows = decode_delta(file.read())
+    assert version == 2 and sorted(key for key, _ in rows) == [b"b", b"c"]
     assert dict(rows)[b"c"] is None  # a deleted key
-    durable = DurableState(durable.directory, (("delta", 1), ("delta", 3)))
+    chain = [StateFile("delta", 1, 0), second]
     expected = contents(location, 3)
 
     # Another executor (another root) has no store: its task rebuilds version 3.
     elsewhere = StoreLocation(str(tmp_path / "other-root"), location.step, location.partition)
-    with PartitionState.open(elsewhere, VersionPlan(3, 4, durable)) as state:
+    with PartitionState.open(elsewhere, VersionPlan(3, 4, durable_state(tmp_path, chain))) as state:
+        assert state.loaded
         assert state.get(b"c") is None
         assert state.get(b"b") == KeyState(b"B", wake_processing=7)
         state.put(b"e", KeyState(b"e"))
@@ -143,21 +159,30 @@ def test_checkpoint_files_rebuild_the_store_on_another_executor(tmp_path, locati
 
 
 def test_a_snapshot_then_deltas_rebuild_the_same_store(tmp_path, location):
-    durable = DurableState(str(tmp_path / "checkpoint" / "Sum"))
     with PartitionState.open(location, VersionPlan(0, 1)) as state:
         for number in range(1000):
             state.put(b"%05d" % number, KeyState(b"s" * 20, wake_event=number, hold=number))
-    with PartitionState.open(location, VersionPlan(1, 1, durable, "snapshot")):
-        pass  # a checkpoint-only task: the store stays at its version, a snapshot is written
-    durable = DurableState(durable.directory, (("snapshot", 1),))
-    with PartitionState.open(location, VersionPlan(1, 3, durable, "delta")) as state:
+    with PartitionState.open(location, VersionPlan(1, 2, durable_state(tmp_path,
+                                                                      snapshot=True))) as state:
+        state.put(b"00001", KeyState(b"changed", wake_event=1, hold=1))
+    snapshot = state.written
+    assert snapshot.kind == "snapshot" and snapshot.version == 2 and snapshot.size > 20_000
+    with PartitionState.open(location, VersionPlan(2, 3, durable_state(tmp_path,
+                                                                      [snapshot]))) as state:
         state.delete(b"00000")
         state.put(b"01000", KeyState(b"new", wake_event=5))
-    durable = DurableState(durable.directory, (("snapshot", 1), ("delta", 3)))
+    chain = [snapshot, state.written]
     expected = contents(location, 3)
     elsewhere = StoreLocation(str(tmp_path / "other-root"), location.step, location.partition)
-    assert contents(elsewhere, 3, durable) == expected  # rebuilt from the two files
+    assert contents(elsewhere, 3, durable_state(tmp_path, chain)) == expected
     assert expected[1].keys == 1000
+
+
+def test_a_damaged_delta_is_refused_by_name():
+    with pytest.raises(StateFileError, match="not a state delta"):
+        decode_delta(b"garbage", "delta-1.bin")
+    with pytest.raises(StateFileError, match="truncated"):
+        decode_delta(encode_delta(1, [(b"key", b"a row of state")])[:-2], "delta-1.bin")
 
 
 def test_the_memory_map_grows_with_the_store(location, monkeypatch):
@@ -172,8 +197,3 @@ def test_the_memory_map_grows_with_the_store(location, monkeypatch):
     with PartitionState.open(location, VersionPlan(8, 9)) as state:
         pass
     assert state.summary.keys == 4000
-
-
-def test_a_checkpoint_needs_its_directory(location):
-    with pytest.raises(ValueError, match="checkpoint directory"):
-        write_checkpoint(location, VersionPlan(0, 1, None, "delta"))

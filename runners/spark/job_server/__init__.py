@@ -5,10 +5,10 @@ Job API (``--runner=PortableRunner --job_endpoint=...``), runs on a Spark the se
   SparkContext (``python -m runners.spark.job_server --port 8099``).
 * :mod:`~runners.spark.job_server.service`: the JobService: jobs, their states, messages
   and metrics; each job runs its pipeline with :class:`runners.spark.SparkRunner`.
-* :mod:`~runners.spark.job_server.artifacts`: what a job staged, turned into what its tasks
+* :mod:`~runners.spark.dependencies.artifacts`: what a job staged, turned into what its tasks
   need (installed packages, the main session, files).
-* :mod:`~runners.spark.job_server.packages`: installing a job's staged packages offline.
+* :mod:`~runners.spark.dependencies.packages`: installing a job's staged packages offline.
 
 The worker side, which puts a job's packages and session in place in each Python worker, is
-:mod:`runners.spark.job_environment`: part of the runner, since every task calls it.
+:mod:`runners.spark.dependencies.worker`: part of the runner, since every task calls it.
 """

@@ -16,7 +16,7 @@ Every job runs on the server's SparkContext (``--spark_master_url``, ``--spark_c
 A job's dependencies come with it, staged by Beam's client: ``--extra_package`` (wheels,
 source distributions) and ``--requirements_file`` with the packages of ``--requirements_cache``
 are installed offline for that job alone, ``--save_main_session`` is loaded in every Python
-worker; nothing is downloaded at run time (see :mod:`runners.spark.job_server.artifacts`).
+worker; nothing is downloaded at run time (see :mod:`runners.spark.dependencies.artifacts`).
 
 A request that is not a valid message (garbage, a truncated pipeline) is answered with
 INVALID_ARGUMENT and the parser's reason; the server keeps serving.

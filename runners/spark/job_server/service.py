@@ -11,7 +11,7 @@ environment Beam's Python SDK sends (LOOPBACK, EXTERNAL, PROCESS, DOCKER) is rew
 embedded Python environment before planning. The trade-off: the worker a LOOPBACK client
 starts is not used, no container or process is started, and the pipeline's code runs on the
 server's interpreter, so it must be importable (or pickled by value) there; staged artifacts
-are shipped to executors (:mod:`runners.spark.job_server.artifacts`). A pipeline needing another SDK
+are shipped to executors (:mod:`runners.spark.dependencies.artifacts`). A pipeline needing another SDK
 (a Java container, a non-Python environment) is refused at Prepare with INVALID_ARGUMENT.
 Python is recognized by the environment's SDK capabilities or its container image name.
 Jobs, their messages and staged files are kept for the server's lifetime (GetJobs lists all).
@@ -39,9 +39,10 @@ import grpc
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from runners.spark import job_environment, planning, support
-from runners.spark.job_server import artifacts
-from runners.spark.job_server import packages as job_packages
+from runners.spark import planning, support
+from runners.spark.dependencies import worker as job_environment
+from runners.spark.dependencies import artifacts
+from runners.spark.dependencies import packages as job_packages
 from runners.spark import options as spark_options
 from runners.spark.beam_internals import (
     abstract_job_service,

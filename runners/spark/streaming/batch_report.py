@@ -8,7 +8,8 @@ since the previous batch started), ``watermark_lag_millis`` (the clock minus the
 watermark of the last keyed step) and ``spark_jobs`` (Spark jobs the batch ran); per keyed
 step (GroupByKey or stateful stage) gauges ``input_watermark_millis``,
 ``output_watermark_millis``, ``state_keys`` (keys holding state after the batch),
-``state_bytes`` (their encoded state) and a distribution ``state_keys_per_batch``; per
+``state_bytes`` (their encoded state), a distribution ``state_keys_per_batch`` and a
+counter ``stores_loaded`` (stores rebuilt from the checkpoint location); per
 splittable DoFn (step: its name) gauges ``input_watermark_millis``,
 ``output_watermark_millis`` and ``residuals``.
 
@@ -30,6 +31,9 @@ stable format, for live progress and plots; later fields may be added, none remo
      "state_keys": {"Sum/GroupByKey": 120},      # per keyed step
      "state_bytes": {"Sum/GroupByKey": 5400},    # per keyed step, encoded
      "touched_keys": {"Sum/GroupByKey": 20},     # per keyed step: keys read and written
+     "stores_loaded": {"Sum/GroupByKey": 0},     # per keyed step: key partitions whose store
+                                 # was rebuilt from the checkpoint location (a task that ran
+                                 # on another executor than the store's, or a new executor)
      "side_input_elements": {"Rates/Map": 12}}   # per side input (its PCollection): kept
 
 Steps are keyed steps (GroupByKey and stateful stages, by transform name) and splittable
@@ -101,6 +105,7 @@ class BatchReporter:
                  "state_keys": {step.name: step.keys for step in steps},
                  "state_bytes": {step.name: step.state_bytes for step in steps},
                  "touched_keys": {step.name: step.touched for step in steps},
+                 "stores_loaded": {step.name: step.loaded for step in steps},
                  "side_input_elements": state.side_input_sizes()}
         self.history.append(entry)
         if self.report_path:
@@ -144,6 +149,8 @@ class BatchReporter:
             infos.append(monitoring_infos.int64_user_distribution(
                 METRICS_NAMESPACE, "state_keys_per_batch",
                 DistributionData(step.keys, 1, step.keys, step.keys), step.name))
+            infos.append(monitoring_infos.int64_user_counter(
+                METRICS_NAMESPACE, "stores_loaded", step.loaded, step.name))
         for name, (input_watermark, output_watermark) in splittable.items():
             gauge("input_watermark_millis", _millis(input_watermark), name)
             gauge("output_watermark_millis", _millis(output_watermark), name)

@@ -1,43 +1,45 @@
 """Checkpoints of the streaming loop: everything it needs to resume, every N batches.
 
-With ``--checkpoint_dir DIR`` the loop checkpoints after every ``--checkpoint_interval_
-batches`` micro-batches and when it stops by itself (sources done, ``--max_batches``,
-timeout); a driver started again with the same ``DIR`` and the same pipeline resumes from the
-latest checkpoint instead of from the beginning.
+With ``--checkpoint_dir DIR`` (a local path or any URL Beam's filesystems serve:
+:mod:`~runners.spark.streaming.storage`) the loop checkpoints after every
+``--checkpoint_interval_batches`` micro-batches and when it stops by itself (sources done,
+``--max_batches``, timeout); a driver started again with the same ``DIR`` and the same
+pipeline resumes from the latest checkpoint instead of from the beginning.
 
-A checkpoint is incremental, and the keyed state in it never passes through the driver: in a
-checkpoint batch each keyed step's tasks write, next to their store, the keys changed since
-the step's previous checkpoint (a *delta*), or every tenth time a compact copy of the store
-(a *snapshot*), under ``DIR/state/<step>/<partition>/`` (:mod:`~runners.spark.streaming.
-state_store`); a step that did not run in the batch but changed since its last checkpoint
-writes its delta in a small job of its own. Then the driver writes the checkpoint's
-manifest, which names, per step, the chain of files (a snapshot or nothing, then deltas)
-that rebuilds its state, and holds as plain data (bytes, numbers, strings, lists, dicts; no
-pickled objects, so no code runs when one is read): the batch index and the loop's clock;
-each source's position (a TestStream's next event and its output watermarks); each keyed
-step's watermarks, hold, wakes and store version; every stage's output watermark; the side
-inputs' kept elements; the splittable DoFns' carried residuals.
+Keyed state never passes through the driver, and is durable at *every* batch, not only at
+checkpoints: each keyed task writes the rows it changed (now and then a compact copy of its
+store) to ``DIR/state/<step>/<partition>/`` before the batch counts as done
+(:mod:`~runners.spark.streaming.state_files`), and the driver keeps, from the tasks'
+reports, each partition's chain of files. A checkpoint is then the driver's own part: a
+small manifest naming, per step and partition, the chain that rebuilds the state, and
+holding as plain data (bytes, numbers, strings, lists, dicts; no pickled objects, so no code
+runs when one is read): the batch index and the loop's clock; each source's position (a
+TestStream's next event and its output watermarks); each keyed step's watermarks, hold,
+wakes and store version; every stage's output watermark; the side inputs' kept elements;
+the splittable DoFns' carried residuals.
 
 Layout of ``DIR``::
 
     checkpoint-00000012/      the latest complete checkpoint (batch 12); older ones deleted
-        MANIFEST.json         format, versions, pipeline fingerprint, batch, state files
         data.bin              the driver's snapshot (pickle protocol 5 of plain data only)
+        MANIFEST.json         format, versions, pipeline fingerprint, batch, state files:
+                              written last, it is what makes the checkpoint complete
     state/Sum_GroupByKey-3fca91a2/00000/
-        snapshot-000000000040/data.mdb    a compact copy of partition 0's store
-        delta-000000000052.pickle         keys changed after it
+        snapshot-000000000040.mdb     a compact copy of partition 0's store
+        delta-000000000052.bin        keys changed by version 52
+    plans/batch-00000013.json the planned reads of a batch not yet checkpointed
 
-A manifest is written to a temporary directory and renamed into place, so a driver killed
-while writing leaves the previous checkpoint intact; state files no manifest names any more
-are deleted once the new manifest is in place. A restarted driver's tasks rebuild each key
-partition's store from its chain (:mod:`~runners.spark.streaming.state_store`). A checkpoint
-is refused when read back by a runner of another checkpoint format or state version
-(:class:`CheckpointError`, :class:`~runners.spark.streaming.state.StateVersionError`), or
-when the pipeline differs (:class:`CheckpointMismatchError`): the fingerprint covers the
-fused stages, their buffers, coders, windowing strategies, state and timer specs and
-TestStream events, but not the code inside DoFns (a fixed bug in a DoFn may resume from its
-checkpoint). Transform names are part of it: name transforms (``"Sum" >> ...``), as Beam's
-pipeline update also requires.
+Nothing relies on a rename (object stores have none): a checkpoint whose manifest is missing
+or unreadable (a driver killed while writing it) is skipped for the one before it, and
+older checkpoints and state files no manifest names any more are deleted only once the new
+manifest is written. A restarted driver's tasks rebuild each key partition's store from its
+chain (:mod:`~runners.spark.streaming.state_store`). A checkpoint is refused when read back
+by a runner of another checkpoint format or state version (:class:`CheckpointError`,
+:class:`~runners.spark.streaming.state.StateVersionError`), or when the pipeline differs
+(:class:`CheckpointMismatchError`): the fingerprint covers the fused stages, their buffers,
+coders, windowing strategies, state and timer specs and TestStream events, but not the code
+inside DoFns (a fixed bug in a DoFn may resume from its checkpoint). Transform names are
+part of it: name transforms (``"Sum" >> ...``), as Beam's pipeline update also requires.
 
 Delivery: outputs of the batches after the latest checkpoint and before a crash are emitted
 again on restart (at-least-once between checkpoints, rollback recovery). A TestStream resumes
@@ -45,8 +47,8 @@ at its checkpointed event, so the final panes equal an uninterrupted run's. A jo
 by itself leaves its final checkpoint: started again on the same directory, it resumes at its
 end and emits nothing (give an empty directory to run from the beginning). State stays in
 the checkpoint's key partitions: a restart keeps its ``--spark_parallelism``. On a cluster,
-``DIR`` must be storage every executor can read (state is rebuilt from it wherever a
-partition's task runs).
+``DIR`` must be storage every executor can read and write (a task rebuilds a store from it
+wherever the partition's task runs).
 
 >>> import tempfile
 >>> latest_checkpoint(tempfile.mkdtemp()) is None
@@ -62,10 +64,8 @@ import logging
 import os
 import pickle
 import re
-import shutil
 import time
 from typing import Any, Dict, List, Optional, Tuple
-
 
 from runners.spark.beam_internals import (
     PAR_DO_URNS,
@@ -77,21 +77,24 @@ from runners.spark.beam_internals import (
 from runners.spark.metrics import pack
 from runners.spark.planning import SDK_STAGE, TEST_STREAM_STAGE, ExecutionPlan
 from runners.spark.streaming.state import STATE_VERSION, StateVersionError
-from runners.spark.streaming.state_store import checkpoint_file_name
+from runners.spark.streaming.state_files import file_name
+from runners.spark.streaming.state_store import partition_directory_name, step_directory_name
+from runners.spark.streaming.storage import DurableStorage
 
 _LOGGER = logging.getLogger(__name__)
 
-#: What a manifest's ``format`` says; and the layout version this module reads and writes.
+#: What a manifest's ``format`` says; and the layout version this module reads and writes
+#: (3: state durable at every batch, a chain of state files per key partition).
 FORMAT = "beam-spark-streaming-checkpoint"
-CHECKPOINT_VERSION = 2
+CHECKPOINT_VERSION = 3
 MANIFEST = "MANIFEST.json"
 #: The directory of keyed steps' state files, in ``--checkpoint_dir``.
 STATE_DIRECTORY = "state"
 #: The directory of the plans of the batches since the latest checkpoint.
 PLANS_DIRECTORY = "plans"
 DATA = "data.bin"
-_NAME = re.compile(r"^checkpoint-(\d+)$")
-_TEMPORARY = ".incomplete-"
+_NAME = re.compile(r"checkpoint-(\d+)$")
+_PLAN = re.compile(r"batch-(\d+)\.json$")
 #: Namespace of the metrics checkpoints report (the loop's own).
 METRICS_NAMESPACE = "spark_streaming"
 
@@ -108,21 +111,39 @@ def checkpoint_name(batch: int) -> str:
     return f"checkpoint-{batch:08d}"
 
 
-def latest_checkpoint(directory: str) -> Optional[str]:
-    """The path of the latest complete checkpoint in ``directory``, or None."""
-    if not os.path.isdir(directory):
-        return None
-    found = [(int(match.group(1)), name) for name in os.listdir(directory)
-             for match in [_NAME.match(name)] if match
-             and os.path.isfile(os.path.join(directory, name, MANIFEST))]
-    return os.path.join(directory, max(found)[1]) if found else None
+def _storage(location: "str | DurableStorage") -> DurableStorage:
+    return location if isinstance(location, DurableStorage) else DurableStorage.open(location)
 
 
-def read_manifest(path: str) -> Dict[str, Any]:
+def _checkpoints(storage: DurableStorage) -> List[Tuple[int, str]]:
+    """(batch, path) of every checkpoint with a manifest, newest first."""
+    found = []
+    for path in storage.match(storage.join("checkpoint-*", MANIFEST)):
+        directory = path[: -len(MANIFEST) - 1]
+        match = _NAME.search(directory)
+        if match:
+            found.append((int(match.group(1)), directory))
+    return sorted(found, reverse=True)
+
+
+def latest_checkpoint(location: "str | DurableStorage") -> Optional[str]:
+    """The path of the latest complete checkpoint in ``location``, or None (a checkpoint
+    whose manifest is unreadable, left by a driver killed while writing it, is skipped)."""
+    storage = _storage(location)
+    for _, path in _checkpoints(storage):
+        try:
+            read_manifest(path, storage)
+        except CheckpointError:
+            continue
+        return path
+    return None
+
+
+def read_manifest(path: str, storage: Optional[DurableStorage] = None) -> Dict[str, Any]:
     """A checkpoint's manifest (format, versions, fingerprint, batch, sizes)."""
+    storage = storage or _storage(path)
     try:
-        with open(os.path.join(path, MANIFEST), encoding="utf-8") as file:
-            manifest = json.load(file)
+        manifest = json.loads(storage.read(storage.join(path, MANIFEST)).decode("utf-8"))
     except (OSError, ValueError) as error:
         raise CheckpointError(f"checkpoint {path} is unreadable ({error}); move it away to "
                               "start from the beginning") from error
@@ -178,28 +199,29 @@ class Checkpoints:
     """Writes and restores the checkpoints of one streaming run.
 
     Args:
-      directory: ``--checkpoint_dir`` (created if missing), or None: no checkpoints.
+      storage: ``--checkpoint_dir`` as durable storage, or None: no checkpoints.
       interval: write one every this many batches (``--checkpoint_interval_batches``).
       plan: the run's plan (its fingerprint guards against resuming another pipeline).
     """
 
-    def __init__(self, directory: Optional[str], interval: int, plan: ExecutionPlan) -> None:
+    def __init__(self, storage: Optional[DurableStorage], interval: int,
+                 plan: ExecutionPlan) -> None:
         if interval < 1:
             raise ValueError(f"--checkpoint_interval_batches={interval}: give a positive "
                              "whole number")
-        self.directory = os.path.abspath(directory) if directory else None
+        self.storage = storage
         self.interval = interval
         self.plan = plan
-        self.fingerprint = pipeline_fingerprint(plan) if directory else ""
+        self.fingerprint = pipeline_fingerprint(plan) if storage else ""
         self.written_batch: Optional[int] = None
-        if self.directory:
-            if os.path.exists(self.directory) and not os.path.isdir(self.directory):
-                raise ValueError(f"--checkpoint_dir={directory}: not a directory")
-            os.makedirs(self.directory, exist_ok=True)
 
     @property
     def enabled(self) -> bool:
-        return self.directory is not None
+        return self.storage is not None
+
+    @property
+    def directory(self) -> Optional[str]:
+        return self.storage.root if self.storage else None
 
     @property
     def run_name(self) -> str:
@@ -210,7 +232,7 @@ class Checkpoints:
     @property
     def state_directory(self) -> Optional[str]:
         """Where keyed steps write their state files (None without checkpoints)."""
-        return os.path.join(self.directory, STATE_DIRECTORY) if self.directory else None
+        return self.storage.join(STATE_DIRECTORY) if self.storage else None
 
     def is_due(self, batches: int) -> bool:
         """Whether the batch that makes ``batches`` batches is checkpointed."""
@@ -221,12 +243,13 @@ class Checkpoints:
         """Load the latest checkpoint into the loop; returns the clock to resume at."""
         if not self.enabled:
             return clock
-        path = latest_checkpoint(self.directory)
+        path = latest_checkpoint(self.storage)
         if path is None:
             _LOGGER.info("streaming: no checkpoint in %s, starting from the beginning",
                          self.directory)
+            self._delete_unnamed_state_files(execution.state)
             return clock
-        manifest = read_manifest(path)
+        manifest = read_manifest(path, self.storage)
         self._check(path, manifest)
         data = self._read_data(path, manifest)
         # Sources by their stage's name: the fused stages' order may differ between drivers.
@@ -255,6 +278,8 @@ class Checkpoints:
             {stage.name: stage.index for stage in self.plan.stages}))
         state.round_number = data["round_number"]
         execution.batches = execution.resumed_from = self.written_batch = data["batch"]
+        # Files the crashed driver's tasks wrote after this checkpoint: no chain names them.
+        self._delete_unnamed_state_files(state)
         _LOGGER.info("streaming: resuming from %s (batch %d)", path, data["batch"])
         return data["clock"]
 
@@ -284,8 +309,7 @@ class Checkpoints:
 
     def _read_data(self, path: str, manifest: Dict[str, Any]) -> Dict[str, Any]:
         try:
-            with open(os.path.join(path, DATA), "rb") as file:
-                data = file.read()
+            data = self.storage.read(self.storage.join(path, DATA))
         except OSError as error:
             raise CheckpointError(f"checkpoint {path} is unreadable ({error})") from error
         if hashlib.sha256(data).hexdigest() != manifest.get("data_sha256"):
@@ -294,6 +318,9 @@ class Checkpoints:
         return _PlainUnpickler(io.BytesIO(data)).load()
 
     # ----- the plan of each batch, logged before it runs
+    def _plan_path(self, batch: int) -> str:
+        return self.storage.join(PLANS_DIRECTORY, f"batch-{batch:08d}.json")
+
     def log_plan(self, batch: int, clock: float, residuals: bytes,
                  stage_names: Dict[int, str]) -> None:
         """Log what batch ``batch`` (0-based) reads before it runs: its clock and the
@@ -301,27 +328,23 @@ class Checkpoints:
         driver resuming from an earlier checkpoint replays it exactly (:meth:`logged_plan`)."""
         if not self.enabled:
             return
-        directory = os.path.join(self.directory, PLANS_DIRECTORY)
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"batch-{batch:08d}.json")
         entry = {"format": FORMAT, "version": CHECKPOINT_VERSION, "batch": batch,
                  "clock": clock, "fingerprint": self.fingerprint,
                  "stage_names": {str(index): name for index, name in stage_names.items()},
                  "residuals": residuals.decode("utf-8")}
-        _write_synced(path + ".tmp", json.dumps(entry, sort_keys=True).encode("utf-8"))
-        os.replace(path + ".tmp", path)
+        self.storage.write(self._plan_path(batch),
+                           json.dumps(entry, sort_keys=True).encode("utf-8"))
 
     def logged_plan(self, batch: int) -> Optional[Tuple[float, bytes]]:
         """(clock, residuals re-keyed to this driver's stages) of a batch logged by an
         earlier driver and not covered by the checkpoint it resumed from; None if none."""
         if not self.enabled:
             return None
-        path = os.path.join(self.directory, PLANS_DIRECTORY, f"batch-{batch:08d}.json")
-        try:
-            with open(path, encoding="utf-8") as file:
-                entry = json.load(file)
-        except FileNotFoundError:
+        path = self._plan_path(batch)
+        if not self.storage.exists(path):
             return None
+        try:
+            entry = json.loads(self.storage.read(path).decode("utf-8"))
         except (OSError, ValueError) as error:
             raise CheckpointError(f"the plan of batch {batch} in {path} is unreadable "
                                   f"({error}): {self._what_to_do()}") from error
@@ -335,39 +358,16 @@ class Checkpoints:
 
     def _prune_plans(self, batch: int) -> None:
         """Forget the plans of batches a checkpoint covers."""
-        directory = os.path.join(self.directory, PLANS_DIRECTORY)
-        if not os.path.isdir(directory):
-            return
-        for name in os.listdir(directory):
-            match = re.match(r"^batch-(\d+)\.json$", name)
-            if match and int(match.group(1)) < batch:
-                os.remove(os.path.join(directory, name))
+        old = [path for path in self.storage.match(self.storage.join(PLANS_DIRECTORY, "batch-*"))
+               for match in [_PLAN.search(path)] if match and int(match.group(1)) < batch]
+        self.storage.delete(old)
 
     # ----- write
-    def write(self, execution: Any, sources: List[Any], clock: float,
-              written: Dict[str, Tuple[str, int]]) -> str:
-        """Write the manifest of a checkpoint after the current batch; returns its path.
-
-        ``written``: step name -> the state file (kind, version) its tasks wrote in this
-        batch, for every step whose state changed since its last checkpoint.
-        """
+    def write(self, execution: Any, sources: List[Any], clock: float) -> str:
+        """Write the checkpoint of the loop after the current batch; returns its path."""
         batch = execution.batches
         state = execution.state
-        chains: Dict[str, Tuple[Tuple[str, int], ...]] = {}
-        for step in state.steps.values():
-            chain = step.chain
-            if step.needs_checkpoint():
-                kind, version = written[step.name]
-                if version != step.version:
-                    raise RuntimeError(f"step {step.name!r} is at version {step.version} but "
-                                       f"its checkpoint file is of version {version}")
-                chain = ((kind, version),) if kind == "snapshot" else chain + ((kind, version),)
-            chains[step.name] = chain
-        steps = {}
-        for step in state.steps.values():
-            snapshot = step.snapshot()
-            snapshot["chain"] = [list(entry) for entry in chains[step.name]]
-            steps[step.name] = snapshot
+        steps = {step.name: step.snapshot() for step in state.steps.values()}
         snapshot = {"batch": batch, "clock": clock, "round_number": state.round_number,
                     "sources": [source.snapshot() for source in sources], "steps": steps,
                     "watermarks": state.watermarks.snapshot(),
@@ -380,60 +380,55 @@ class Checkpoints:
             "fingerprint": self.fingerprint, "batch": batch,
             "parallelism": execution.context.parallelism, "written_at": time.time(),
             "data_sha256": hashlib.sha256(data).hexdigest(), "data_bytes": len(data),
-            "state_files": {name: [list(entry) for entry in chain]
-                            for name, chain in sorted(chains.items())},
+            "state_files": {step.name: step.chains_snapshot() for step in state.steps.values()},
             "state_bytes": {step.name: step.state_bytes for step in state.steps.values()},
             "state_keys": {step.name: step.keys for step in state.steps.values()},
             "stages": [stage.name for stage in self.plan.stages],
         }
-        path = self._write_atomically(batch, data, manifest)
-        for step in state.steps.values():
-            step.chain = chains[step.name]
+        path = self.storage.join(checkpoint_name(batch))
+        self.storage.write(self.storage.join(path, DATA), data)
+        self.storage.write(self.storage.join(path, MANIFEST),
+                           json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
         self.written_batch = batch
-        self._prune_state_files(state)
+        self._delete_older_checkpoints(batch)
+        for step in state.steps.values():  # no manifest names them any more
+            self.storage.delete(self._state_file_paths(step, step.take_superseded()))
         self._prune_plans(batch)
         self._report(execution, len(data))
-        _LOGGER.info("streaming: checkpoint of batch %d written to %s (driver data %d bytes; "
-                     "state files %s)", batch, path, len(data),
-                     {name: chain[-1] for name, chain in chains.items() if chain})
+        _LOGGER.info("streaming: checkpoint of batch %d written to %s (driver data %d bytes)",
+                     batch, path, len(data))
         return path
 
-    def _write_atomically(self, batch: int, data: bytes, manifest: Dict[str, Any]) -> str:
-        final = os.path.join(self.directory, checkpoint_name(batch))
-        temporary = os.path.join(self.directory, f"{_TEMPORARY}{checkpoint_name(batch)}"
-                                                 f"-{os.getpid()}")
-        shutil.rmtree(temporary, ignore_errors=True)
-        os.makedirs(temporary)
-        _write_synced(os.path.join(temporary, DATA), data)
-        _write_synced(os.path.join(temporary, MANIFEST),
-                      json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
-        if os.path.exists(final):  # the same batch again (e.g. resumed, stopped at once)
-            shutil.rmtree(final)
-        os.rename(temporary, final)
-        _sync_directory(self.directory)
-        for name in os.listdir(self.directory):
-            match = _NAME.match(name)
-            if (match and int(match.group(1)) < batch) or name.startswith(_TEMPORARY):
-                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
-        return final
+    def _delete_older_checkpoints(self, batch: int) -> None:
+        """Delete every checkpoint before ``batch`` (complete or left half-written)."""
+        root = self.storage.root
+        if self.storage.is_local:  # whole directories (objects stores have no empty ones)
+            names = os.listdir(root) if os.path.isdir(root) else []
+            paths = [os.path.join(root, name) for name in names for match in [_NAME.match(name)]
+                     if match and int(match.group(1)) < batch]
+        else:
+            paths = [path for path in self.storage.match(self.storage.join("checkpoint-*", "*"))
+                     for match in [_NAME.search(path.rsplit("/", 1)[0])]
+                     if match and int(match.group(1)) < batch]
+        self.storage.delete(paths)
 
-    def _prune_state_files(self, state: Any) -> None:
-        """Delete the state files the latest manifest does not name (older chains, files
-        of rounds a later round of the same batch superseded, a crashed run's leftovers)."""
+    def _state_file_paths(self, step: Any, files: List[Tuple[int, Any]]) -> List[str]:
+        base = self.storage.join(STATE_DIRECTORY, step_directory_name(step.name))
+        return [self.storage.join(base, partition_directory_name(partition), file_name(entry))
+                for partition, entry in files]
+
+    def _delete_unnamed_state_files(self, state: Any) -> None:
+        """Delete the state files no chain of ``state``'s steps names (left by tasks after
+        the checkpoint a driver resumes from, or by a run that left no checkpoint)."""
+        named = set()
         for step in state.steps.values():
-            directory = state.durable_directory(step)
-            if not directory or not os.path.isdir(directory):
-                continue
-            keep = {checkpoint_file_name(kind, version) for kind, version in step.chain}
-            for partition in os.listdir(directory):
-                partition_directory = os.path.join(directory, partition)
-                for name in os.listdir(partition_directory):
-                    if name not in keep:
-                        path = os.path.join(partition_directory, name)
-                        if os.path.isdir(path):
-                            shutil.rmtree(path, ignore_errors=True)
-                        else:
-                            os.remove(path)
+            named.update(self._state_file_paths(step, step.chain_files()))
+        root = self.storage.join(STATE_DIRECTORY)
+        unnamed = [path for path in self.storage.list(root) if path not in named]
+        if unnamed:
+            _LOGGER.info("streaming: deleting %d state files no checkpoint names (written "
+                         "after the checkpoint resumed from)", len(unnamed))
+            self.storage.delete(unnamed)
 
     def _report(self, execution: Any, total: int) -> None:
         """Distribution ``checkpoint_bytes`` (step ``loop``): the size of each manifest's data."""
@@ -451,18 +446,3 @@ def _reindexed_residuals(snapshot: bytes, names_then: Dict[int, str],
     data["stages"] = {str(indexes_now[names_then[int(index)]]): residuals
                       for index, residuals in data.get("stages", {}).items()}
     return json.dumps(data, sort_keys=True).encode("utf-8")
-
-
-def _write_synced(path: str, content: bytes) -> None:
-    with open(path, "wb") as file:
-        file.write(content)
-        file.flush()
-        os.fsync(file.fileno())
-
-
-def _sync_directory(path: str) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

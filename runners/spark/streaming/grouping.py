@@ -37,7 +37,7 @@ from runners.spark.streaming.state import (
     processing_micros,
     trigger_wakes,
 )
-from runners.spark.streaming.state_store import KeyState, PartitionState
+from runners.spark.streaming.state_store import KeyState
 
 
 def process_group_partition(spec: GroupSpec, components: SharedComponents, batch: KeyedBatch,
@@ -72,9 +72,8 @@ def process_group_partition(spec: GroupSpec, components: SharedComponents, batch
     output_before = times.timestamp("output_before")
     input_after = times.timestamp("input_after")
     panes: List[Any] = []
-    with PartitionState.open(batch.location(partition), batch.versions) as store:
-        due = (store.due(times.input_after, processing_micros(times.processing_time))
-               if batch.process else set())
+    with batch.open_state(partition) as store:
+        due = store.due(times.input_after, processing_micros(times.processing_time))
         for encoded_key in sorted(set(elements) | due):
             found = store.get(encoded_key)
             state = codec.decode(found.blob) if found is not None else InMemoryUnmergedState()
@@ -100,7 +99,7 @@ def process_group_partition(spec: GroupSpec, components: SharedComponents, batch
     for chunk in encode_chunks(output_impl, iter(panes)):
         yield Elements(0, chunk)
     yield from reports
-    yield batch.report(partition, store.summary, inputs, len(panes), store.touched)
+    yield batch.report(partition, store, inputs, len(panes))
 
 
 def _fire_timers(driver: Any, state: Any, watermark: Timestamp,

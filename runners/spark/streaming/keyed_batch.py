@@ -2,8 +2,10 @@
 
 A keyed step (a GroupByKey, or a stateful stage) runs once per micro-batch as one Spark task
 per key partition. Each task gets a :class:`KeyedBatch`: the step's times in this batch
-(watermarks before and after, the loop's clock) and what to do with its partition's store
-(versions, checkpoint). It answers with a :class:`~runners.spark.records.StepReport`.
+(watermarks before and after, the loop's clock), the store versions before and after, and
+where the partition's store lives (on the executor, under the run's state directory) and
+its durable state (the chain of state files in the checkpoint location). It answers with a
+:class:`~runners.spark.records.StepReport`.
 
 >>> times = BatchTimes(input_before=0, output_before=0, input_after=10_000_000,
 ...                    processing_time=3.5)
@@ -14,17 +16,21 @@ Timestamp(10)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from typing import Any, FrozenSet, Iterator, Optional, Tuple
 
 from apache_beam.utils.timestamp import Timestamp
 
 from runners.spark.records import StepReport
+from runners.spark.streaming.state_files import DurableState, StateFile
 from runners.spark.streaming.state_store import (
     PartitionState,
     StoreLocation,
-    Summary,
     VersionPlan,
+    executor_root,
+    partition_directory_name,
+    remove_run,
 )
+from runners.spark.streaming.storage import DurableStorage
 
 #: Rounds of due timers one key may fire in one batch before the runner calls it a loop.
 MAX_TIMER_ROUNDS = 10000
@@ -54,38 +60,62 @@ class BatchClock:
 
 
 @dataclasses.dataclass(frozen=True)
+class StepDurability:
+    """A keyed step's durable state: the checkpoint location, the step's directory there,
+    each key partition's chain of state files, and the partitions due a snapshot."""
+
+    storage: DurableStorage
+    directory: str
+    chains: Tuple[Tuple[StateFile, ...], ...]
+    snapshots: FrozenSet[int] = frozenset()
+
+    def partition(self, partition: int) -> DurableState:
+        return DurableState(self.storage,
+                            self.storage.join(self.directory, partition_directory_name(partition)),
+                            self.chains[partition], partition in self.snapshots)
+
+
+@dataclasses.dataclass(frozen=True)
 class KeyedBatch:
     """One keyed step in one micro-batch, as its tasks see it.
 
     Args:
       step: the step's name (its transform's).
-      root: the run's state directory on executors.
+      run: the run's id: its stores live in ``<executor local dir>/beam-state-<run>``.
       times: watermarks and clock.
-      versions: the store versions before and after, and the checkpoint to write.
-      process: False for a checkpoint-only task (write the checkpoint file, touch no key).
+      previous: the version every partition's store is at before the batch.
+      target: the version the batch leaves them at.
+      durability: the step's durable state (None: no checkpoint location).
     """
 
     step: str
-    root: str
+    run: str
     times: BatchTimes
-    versions: VersionPlan
-    process: bool = True
+    previous: int
+    target: int
+    durability: Optional[StepDurability] = None
 
     def location(self, partition: int) -> StoreLocation:
-        return StoreLocation(self.root, self.step, partition)
+        return StoreLocation(executor_root(self.run, self.step, partition), self.step, partition)
 
-    def report(self, partition: int, summary: Summary, inputs: int, outputs: int,
-               touched: int) -> StepReport:
-        return StepReport(self.step, partition, self.versions.target, summary.keys,
-                          summary.state_bytes, inputs, outputs, touched, summary.hold,
-                          summary.next_event_wake, summary.next_processing_wake)
+    def open_state(self, partition: int) -> PartitionState:
+        """The partition's store at ``previous``, for the task to bring to ``target``."""
+        durable = (None if self.durability is None
+                   else self.durability.partition(partition))
+        return PartitionState.open(self.location(partition),
+                                   VersionPlan(self.previous, self.target, durable))
+
+    def report(self, partition: int, store: PartitionState, inputs: int,
+               outputs: int) -> StepReport:
+        summary = store.summary
+        return StepReport(self.step, partition, self.target, summary.keys,
+                          summary.state_bytes, inputs, outputs, store.touched, summary.hold,
+                          summary.next_event_wake, summary.next_processing_wake,
+                          store.loaded, store.written)
 
 
-def checkpoint_partition(batch: KeyedBatch, partition: int, records: Any) -> Iterator[Any]:
-    """A checkpoint-only task: the partition's store stays at its version; its checkpoint
-    file (``batch.versions.write``) is written."""
+def remove_run_partition(run: str, partition: int, records: Any) -> Iterator[int]:
+    """A clean-up task: remove ``run``'s stores from the executor it runs on."""
     for _ in records:
         pass
-    with PartitionState.open(batch.location(partition), batch.versions):
-        pass
-    yield from ()
+    yield remove_run(run)

@@ -20,12 +20,12 @@ element's window at its end), which must not make later data of that window look
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.records import StepReport
-from runners.spark.streaming.state_store import DurableState
+from runners.spark.streaming.state_files import StateFile, snapshot_due
 
 
 class KeyedStep:
@@ -50,8 +50,12 @@ class KeyedStep:
         self.outputs = 0  # elements emitted in the current batch
         self.touched = 0  # keys read and written in the current batch
         self.version = 0  # the store version of every partition (0: never ran)
-        #: the checkpoint files of the latest committed checkpoint
-        self.chain: Tuple[Tuple[str, int], ...] = ()
+        self.loaded = 0  # stores rebuilt from the checkpoint location in the current batch
+        #: partition -> the state files that rebuild its store (with a checkpoint location)
+        self.chains: Dict[int, Tuple[StateFile, ...]] = {}
+        self.partition_bytes: Dict[int, int] = {}  # partition -> its encoded state
+        #: (partition, file) replaced by a snapshot since the last checkpoint manifest
+        self._superseded: List[Tuple[int, StateFile]] = []
 
     # ----- one batch
     def is_due(self, input_watermark: Timestamp, clock_micros: int) -> bool:
@@ -61,12 +65,8 @@ class KeyedStep:
                 or (self.next_processing_wake is not None
                     and self.next_processing_wake <= clock_micros))
 
-    def needs_checkpoint(self) -> bool:
-        """State changed since the latest checkpoint (its files are of another version)."""
-        return self.version != (self.chain[-1][1] if self.chain else 0)
-
     def start_batch(self) -> None:
-        self.inputs = self.outputs = self.touched = 0
+        self.inputs = self.outputs = self.touched = self.loaded = 0
 
     def skip(self, input_watermark: Timestamp) -> None:
         """Nothing to do at this watermark: only the watermarks move."""
@@ -95,10 +95,37 @@ class KeyedStep:
         self.touched += sum(report.touched for report in reports)
         self.next_event_wake = _earliest(report.next_event_wake for report in reports)
         self.next_processing_wake = _earliest(report.next_processing_wake for report in reports)
+        self.loaded += sum(1 for report in reports if report.loaded)
+        for report in reports:
+            self.partition_bytes[report.partition] = report.state_bytes
+            if report.written is not None:
+                self._chain_file(report.partition, StateFile(*report.written))
 
-    def durable(self, directory: Optional[str]) -> Optional[DurableState]:
-        """Where the step's checkpoint files are (None: no checkpoints)."""
-        return None if directory is None else DurableState(directory, self.chain)
+    def _chain_file(self, partition: int, state_file: StateFile) -> None:
+        chain = self.chains.get(partition, ())
+        if state_file.kind == "snapshot":
+            self._superseded.extend((partition, entry) for entry in chain)
+            chain = ()
+        self.chains[partition] = chain + (state_file,)
+
+    def partition_chains(self, partitions: int) -> Tuple[Tuple[StateFile, ...], ...]:
+        """Each key partition's chain of state files (empty: nothing durable yet)."""
+        return tuple(self.chains.get(partition, ()) for partition in range(partitions))
+
+    def snapshots_due(self) -> FrozenSet[int]:
+        """Partitions whose next state file is a snapshot."""
+        return frozenset(partition for partition, chain in self.chains.items()
+                         if snapshot_due(chain, self.partition_bytes.get(partition, 0)))
+
+    def chain_files(self) -> List[Tuple[int, StateFile]]:
+        return [(partition, entry) for partition, chain in sorted(self.chains.items())
+                for entry in chain]
+
+    def take_superseded(self) -> List[Tuple[int, StateFile]]:
+        """The files replaced by snapshots since the last call (a new checkpoint manifest,
+        naming the snapshots instead, makes them garbage)."""
+        superseded, self._superseded = self._superseded, []
+        return superseded
 
     # ----- checkpoints
     def snapshot(self) -> Dict[str, Any]:
@@ -108,7 +135,14 @@ class KeyedStep:
                 "keys": self.keys, "state_bytes": self.state_bytes,
                 "next_event_wake": self.next_event_wake,
                 "next_processing_wake": self.next_processing_wake,
-                "version": self.version, "chain": [list(entry) for entry in self.chain]}
+                "version": self.version, "chains": self.chains_snapshot(),
+                "partition_bytes": {str(partition): size
+                                    for partition, size in sorted(self.partition_bytes.items())}}
+
+    def chains_snapshot(self) -> Dict[str, List[List[Any]]]:
+        """The partitions' chains as plain data (JSON keys are strings)."""
+        return {str(partition): [list(entry) for entry in chain]
+                for partition, chain in sorted(self.chains.items())}
 
     def restore(self, snapshot: Dict[str, Any]) -> None:
         self.input_watermark = Timestamp(micros=snapshot["input_watermark"])
@@ -119,7 +153,10 @@ class KeyedStep:
         self.next_event_wake = snapshot["next_event_wake"]
         self.next_processing_wake = snapshot["next_processing_wake"]
         self.version = snapshot["version"]
-        self.chain = tuple((kind, version) for kind, version in snapshot["chain"])
+        self.chains = {int(partition): tuple(StateFile(*entry) for entry in chain)
+                       for partition, chain in snapshot["chains"].items()}
+        self.partition_bytes = {int(partition): size
+                                for partition, size in snapshot["partition_bytes"].items()}
 
 
 def _earliest(values) -> Optional[int]:

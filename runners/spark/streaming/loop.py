@@ -25,30 +25,33 @@ residual left) and every watermark is at the end of time; ``--max_batches`` and
 ``--streaming_timeout_seconds`` bound it otherwise. Bundle finalizations are called after
 each batch's output is written.
 
-With ``--checkpoint_dir`` the loop is checkpointed every ``--checkpoint_interval_batches``
-batches and when it stops by itself, and resumes from the latest checkpoint when started
-again (:mod:`~runners.spark.streaming.checkpoint`; metric ``checkpoint_bytes``).
+With ``--checkpoint_dir`` keyed state is durable at every batch (each task writes what it
+changed there), the loop is checkpointed every ``--checkpoint_interval_batches`` batches and
+when it stops by itself, and resumes from the latest checkpoint when started again
+(:mod:`~runners.spark.streaming.checkpoint`; metric ``checkpoint_bytes``). On a cluster
+master a pipeline with keyed state needs it: a key partition's store is a cache on the
+executor that last ran it, rebuilt from the checkpoint location wherever its task runs
+(:mod:`~runners.spark.streaming.placement`). When the run ends its stores are removed from
+the executors.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import shutil
-import tempfile
 import time
-from typing import Any, Dict, List, Optional, Tuple
+import uuid
+from typing import Any, Dict, List, Optional
 
 from runners.spark.components import iter_encoded
+from runners.spark.options import is_local_master
 from runners.spark.planning import TEST_STREAM_STAGE, ExecutionPlan
 from runners.spark.stage_graph import RunCancelled, RunContext
 from runners.spark.streaming.batch_report import BatchReporter
 from runners.spark.streaming.checkpoint import Checkpoints
-from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch, checkpoint_partition
 from runners.spark.streaming.micro_batch import Round, RoundGraph, StreamingState
 from runners.spark.streaming.planned_sources import PlannedSources
 from runners.spark.streaming.state import processing_micros
-from runners.spark.streaming.state_store import VersionPlan
+from runners.spark.streaming.storage import DurableStorage
 from runners.spark.streaming.test_stream import TestStreamSource
 
 _LOGGER = logging.getLogger(__name__)
@@ -71,27 +74,30 @@ class StreamingExecution:
       timeout: stop after this many seconds (None: no limit).
       report_path: append one JSON line per batch to this file (see
         :mod:`~runners.spark.streaming.batch_report`).
-      checkpoint_dir: checkpoint the loop there and resume from it (see :mod:`~runners.
-        spark.streaming.checkpoint`); None: no checkpoints.
+      checkpoint_storage: ``--checkpoint_dir``: keyed state is durable there at every batch,
+        and the loop is checkpointed there and resumes from it (see :mod:`~runners.spark.
+        streaming.checkpoint`); None: no checkpoints (refused on a cluster master when the
+        pipeline has keyed state).
       checkpoint_interval: batches between checkpoints.
     """
 
     def __init__(self, spark_context: Any, plan: ExecutionPlan, metrics: Any, parallelism: int,
                  bundle_size: Optional[int], batch_interval: float = 1.0,
                  max_batches: Optional[int] = None, timeout: Optional[float] = None,
-                 report_path: Optional[str] = None, checkpoint_dir: Optional[str] = None,
+                 report_path: Optional[str] = None,
+                 checkpoint_storage: Optional[DurableStorage] = None,
                  checkpoint_interval: int = 10) -> None:
+        check_durable_state(spark_context.master, plan, checkpoint_storage)
         self.context = RunContext(spark_context, plan, metrics, parallelism, bundle_size)
         self.batch_interval = batch_interval
         self.max_batches = max_batches
         self.timeout = timeout
         self.reporter = BatchReporter(metrics, report_path)
-        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_storage = checkpoint_storage
         self.checkpoint_interval = checkpoint_interval
         self.resumed_from = 0  # the batch of the checkpoint this run resumed from
         self.state: Optional[StreamingState] = None
         self.batches = 0
-        self._state_root: Optional[str] = None
         self._planned: Optional[PlannedSources] = None
 
     @property
@@ -108,12 +114,13 @@ class StreamingExecution:
 
     def run(self) -> None:
         self.context.start()
-        checkpoints = Checkpoints(self.checkpoint_dir, self.checkpoint_interval, self.plan)
+        checkpoints = Checkpoints(self.checkpoint_storage, self.checkpoint_interval, self.plan)
         if checkpoints.enabled:  # a restart from the checkpoint names its bundles as before
             self.context.run_name = checkpoints.run_name
-        self._state_root = tempfile.mkdtemp(prefix="beam-spark-state-")
-        self.state = StreamingState.create(self.context, self._state_root,
-                                           checkpoints.state_directory)
+        # Stores of this run on the executors: a fresh directory, rebuilt from the
+        # checkpoint location when resuming.
+        self.state = StreamingState.create(self.context, uuid.uuid4().hex[:16],
+                                           self.checkpoint_storage, checkpoints.state_directory)
         self._planned = PlannedSources(self.plan, self.context.components)
         sources = [TestStreamSource(stage, self.context.components)
                    for stage in self.plan.stages if stage.kind == TEST_STREAM_STAGE]
@@ -142,21 +149,19 @@ class StreamingExecution:
             checkpoint = checkpoints.is_due(self.batches + 1)
             self.context.batch = self.batches
             jobs_before = self.context.jobs + state.residuals.jobs
-            rounds, written = self._run_batch(chunks, clock, checkpoint, settle)
+            rounds = self._run_batch(chunks, clock, settle)
             # The batch's output is written: its bundles' finalizations run, and sources
             # that plan their batches hear that it is.
             state.residuals.finalize()
             self._planned.done()
             delivered = _test_stream_elements(sources, chunks) + sum(
                 state.residuals.elements.values())
-            if checkpoint:
-                written.update(self._checkpoint_files(written))
             self.reporter.report(self.batches, batch_started, clock, delivered,
                                  self.context.jobs + state.residuals.jobs - jobs_before,
                                  rounds, state)
             self.batches += 1
             if checkpoint:
-                checkpoints.write(self, sources, clock, written)
+                checkpoints.write(self, sources, clock)
             if (all(source.finished for source in sources) and not state.residuals.pending()
                     and state.watermarks.final()):
                 break
@@ -170,7 +175,7 @@ class StreamingExecution:
             if not sources:
                 time.sleep(max(0.0, self.batch_interval - (time.time() - batch_started)))
         if checkpoints.enabled and checkpoints.written_batch != self.batches:
-            checkpoints.write(self, sources, clock, self._checkpoint_files({}))
+            checkpoints.write(self, sources, clock)
 
     def _plan_sources(self, checkpoints: Checkpoints, clock: float) -> float:
         """Plan what the sources that plan their batches read in this one (Kafka: an offset
@@ -193,21 +198,18 @@ class StreamingExecution:
                              {stage.index: stage.name for stage in self.plan.stages})
         return clock
 
-    def _run_batch(self, chunks: Dict[bytes, List[bytes]], clock: float, checkpoint: bool,
-                   settle: bool) -> Tuple[int, Dict[str, Tuple[str, int]]]:
-        """Run one batch's rounds; returns how many ran with a job, and the checkpoint files
-        (step name -> (kind, version)) their tasks wrote."""
+    def _run_batch(self, chunks: Dict[bytes, List[bytes]], clock: float, settle: bool) -> int:
+        """Run one batch's rounds; returns how many ran with a job."""
         state = self.state
         for step in state.steps.values():
             step.start_batch()
         state.residuals.next_batch()
-        written: Dict[str, Tuple[str, int]] = {}
         rounds = 0
         first = True
         while True:
             state.watermarks.refresh()
             round_ = Round(state.round_number + 1, clock, chunks if first else {},
-                           first and not state.watermarks.impulse_done, checkpoint)
+                           first and not state.watermarks.impulse_done)
             round_.step_inputs = {key: state.step_input(key) for key in state.steps}
             graph = RoundGraph(self.context, state, round_)
             if graph.plan_pass().is_empty():  # nothing to do: only watermarks move
@@ -217,15 +219,13 @@ class StreamingExecution:
                 state.round_number = round_.number
                 graph.apply(graph.run_pass())
                 rounds += 1
-                for key, kind in graph.written.items():
-                    written[state.steps[key].name] = (kind, round_.number)
                 if round_.impulse:
                     state.watermarks.impulse_done = True
             state.watermarks.refresh()
             state.expire_side_inputs()
             first = False
             if not settle or not self._moved_into_due(clock):
-                return rounds, written
+                return rounds
             if rounds >= MAX_ROUNDS:
                 raise RuntimeError(f"a batch did not settle after {MAX_ROUNDS} rounds: keyed "
                                    "steps kept becoming due as watermarks moved")
@@ -240,37 +240,37 @@ class StreamingExecution:
                 return True
         return False
 
-    def _checkpoint_files(self, written: Dict[str, Tuple[str, int]]) -> Dict[str, Tuple[str, int]]:
-        """Checkpoint files for the steps whose state changed since their last checkpoint
-        and that did not write one at their current version in this batch: one Spark job,
-        a task per key partition, that reads no key."""
-        state = self.state
-        added: Dict[str, Tuple[str, int]] = {}
-        parts = []
-        parallelism = self.context.parallelism
-        for step in state.steps.values():
-            if not step.needs_checkpoint() or written.get(step.name, (None, -1))[1] == step.version:
-                continue
-            kind = state.checkpoint_kind(step)
-            versions = VersionPlan(step.version, step.version,
-                                   step.durable(state.durable_directory(step)), kind)
-            batch = KeyedBatch(step.name, state.state_root, BatchTimes(0, 0, 0, 0.0), versions,
-                               process=False)
-            parts.append(self.context.spark_context.parallelize([], parallelism)
-                         .mapPartitionsWithIndex(functools.partial(checkpoint_partition, batch)))
-            added[step.name] = (kind, step.version)
-        if parts:
-            self.context.before_job()
-            union = parts[0] if len(parts) == 1 else self.context.spark_context.union(parts)
-            union.collect()
-        return added
-
     def release(self) -> None:
         if self._planned is not None:
             self._planned.close()
         self.context.release()
-        if self._state_root is not None:
-            shutil.rmtree(self._state_root, ignore_errors=True)
+        if self.state is not None and self.state.steps:
+            try:
+                removed = self.state.placement.remove_state(self.state.run)
+                _LOGGER.debug("streaming: removed the run's state from %d executor directories",
+                              removed)
+            except Exception as error:  # the context may be stopping; Spark removes its
+                _LOGGER.warning("streaming: the run's stores could not be removed from the "
+                                "executors (%s); Spark removes them with its local "
+                                "directories when the executors stop", error)
+            self.state.placement.release()
+
+
+def check_durable_state(master: str, plan: ExecutionPlan,
+                        storage: Optional[DurableStorage]) -> None:
+    """On a cluster, keyed state must be durable: refuse to start without a checkpoint
+    location (a key partition's task may run on any executor)."""
+    if storage is not None or is_local_master(master):
+        return
+    keyed = sorted({group.transform_name for group in plan.groups.values()}
+                   | {stage.name for stage in plan.stages if stage.keyed})
+    if keyed:
+        raise ValueError(
+            f"this streaming pipeline keeps keyed state ({', '.join(keyed[:3])}"
+            f"{', ...' if len(keyed) > 3 else ''}) and runs on the cluster {master}: give "
+            "--checkpoint_dir on storage every executor can read and write (a shared "
+            "path, s3://, gs://, hdfs://): a key partition's task may run on any executor, "
+            "which rebuilds the partition's state from there")
 
 
 def _test_stream_elements(sources: List[TestStreamSource],

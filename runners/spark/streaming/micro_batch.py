@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import Any, Dict, List, Optional
 
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
@@ -35,18 +34,16 @@ from runners.spark.planning import TEST_STREAM_STAGE, GroupSpec, StageSpec
 from runners.spark.records import Elements, SideInputChunk, StepReport
 from runners.spark.stage_graph import RunContext, StageGraph
 from runners.spark.streaming.grouping import process_group_partition
-from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch
+from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch, StepDurability
 from runners.spark.streaming.keyed_step import KeyedStep
+from runners.spark.streaming.placement import StatePlacement
 from runners.spark.streaming.side_input_history import SideInputHistory
 from runners.spark.streaming.state import processing_micros
-from runners.spark.streaming.state_store import VersionPlan, step_directory_name
+from runners.spark.streaming.state_store import step_directory_name
 from runners.spark.streaming.stateful import process_stateful_partition
+from runners.spark.streaming.storage import DurableStorage
 from runners.spark.streaming.unbounded import CarriedResiduals
 from runners.spark.streaming.watermarks import Watermarks
-
-#: A step's checkpoint is a snapshot (a copy of each partition's store) once its chain of
-#: files has this many entries; a delta (the keys changed since) otherwise.
-SNAPSHOT_EVERY = 10
 
 
 @dataclasses.dataclass
@@ -55,17 +52,19 @@ class StreamingState:
     executors)."""
 
     plan: Any
-    state_root: str  # the run's state directory on executors
-    checkpoint_state_dir: Optional[str]  # <checkpoint dir>/state, or None
+    run: str  # the run's id: its stores live in <executor local dir>/beam-state-<run>
+    storage: Optional[DurableStorage]  # the checkpoint location, or None
+    state_directory: Optional[str]  # <checkpoint location>/state, or None
     steps: Dict[Any, KeyedStep]
     residuals: CarriedResiduals
     watermarks: Watermarks
     side_inputs: SideInputHistory
+    placement: StatePlacement
     round_number: int = 0  # rounds run so far: the next round's store version
 
     @classmethod
-    def create(cls, context: RunContext, state_root: str,
-               checkpoint_state_dir: Optional[str]) -> "StreamingState":
+    def create(cls, context: RunContext, run: str, storage: Optional[DurableStorage],
+               state_directory: Optional[str]) -> "StreamingState":
         plan = context.plan
         steps: Dict[Any, KeyedStep] = {}  # in the order data reaches them
         for stage in plan.stages:
@@ -79,8 +78,9 @@ class StreamingState:
             if buffer_id not in steps:
                 steps[buffer_id] = KeyedStep(group.transform_name, holds=True)
         residuals = CarriedResiduals(context.spark_context, context.parallelism)
-        return cls(plan, state_root, checkpoint_state_dir, steps, residuals,
-                   Watermarks(plan, steps, residuals), SideInputHistory())
+        return cls(plan, run, storage, state_directory, steps, residuals,
+                   Watermarks(plan, steps, residuals), SideInputHistory(),
+                   StatePlacement(context.spark_context, context.parallelism))
 
     def step_input(self, key: Any) -> Timestamp:
         if isinstance(key, bytes):
@@ -88,10 +88,13 @@ class StreamingState:
         stage = next(stage for stage in self.plan.stages if stage.index == key)
         return self.watermarks.stage_input(stage)
 
-    def durable_directory(self, step: KeyedStep) -> Optional[str]:
-        if self.checkpoint_state_dir is None:
+    def durability(self, step: KeyedStep, partitions: int) -> Optional[StepDurability]:
+        """The step's durable state for its tasks (None without a checkpoint location)."""
+        if self.storage is None:
             return None
-        return os.path.join(self.checkpoint_state_dir, step_directory_name(step.name))
+        directory = self.storage.join(self.state_directory, step_directory_name(step.name))
+        return StepDurability(self.storage, directory, step.partition_chains(partitions),
+                              step.snapshots_due())
 
     def expire_side_inputs(self) -> None:
         """Drop the side-input elements no reader can ask for any more: its windows'
@@ -111,20 +114,16 @@ class StreamingState:
         return {pcollections[split_buffer_id(buffer_id)[1]].unique_name: size
                 for buffer_id, size in self.side_inputs.sizes().items()}
 
-    def checkpoint_kind(self, step: KeyedStep) -> str:
-        return "snapshot" if len(step.chain) >= SNAPSHOT_EVERY else "delta"
-
 
 @dataclasses.dataclass
 class Round:
-    """One round: its number (the store version its keyed steps move to), the batch's clock,
-    its source data, and whether the batch is checkpointed."""
+    """One round: its number (the store version its keyed steps move to), the batch's clock
+    and its source data."""
 
     number: int
     clock: float
     test_stream_chunks: Dict[bytes, List[bytes]]
     impulse: bool
-    checkpoint: bool
     #: step key -> its input watermark in this round (computed when the round starts)
     step_inputs: Dict[Any, Timestamp] = dataclasses.field(default_factory=dict)
 
@@ -137,9 +136,9 @@ class RoundGraph(StageGraph):
         self.state = state
         self.round = round_
         self.clock_micros = processing_micros(round_.clock)
-        #: step key -> the checkpoint file kind it writes in this round (checkpoint batches)
-        self.written: Dict[Any, str] = {}
         self.ran: Dict[Any, KeyedStep] = {}
+        # Fewer, fuller tasks would merge key partitions and lose their placement.
+        self.coalesce_terminals = not state.placement.enabled
         self._side_collected: set = set()
 
     # ----- sources
@@ -170,13 +169,9 @@ class RoundGraph(StageGraph):
         input_after = max(step.input_watermark, self.round.step_inputs[key])
         times = BatchTimes(step.input_watermark.micros, step.output_watermark.micros,
                            input_after.micros, self.round.clock)
-        write = self.state.checkpoint_kind(step) if self.round.checkpoint else None
-        if write is not None:
-            self.written[key] = write
         self.ran[key] = step
-        versions = VersionPlan(step.version, self.round.number,
-                               step.durable(self.state.durable_directory(step)), write)
-        return KeyedBatch(step.name, self.state.state_root, times, versions)
+        return KeyedBatch(step.name, self.state.run, times, step.version, self.round.number,
+                          self.state.durability(step, self.context.parallelism))
 
     def _keyed_input(self, records: Any, coder_ids: List[str], live: bool,
                      key_prefixed: bool = False) -> Any:
@@ -193,7 +188,7 @@ class RoundGraph(StageGraph):
         live = buffer_id in self.pass_plan.live
         keyed = self._keyed_input(records, [spec.input_coder_id], live)
         batch = self._keyed_batch(buffer_id)
-        return keyed.mapPartitionsWithIndex(functools.partial(
+        return self.state.placement.run(batch.step, keyed, functools.partial(
             process_group_partition, spec, self.components, batch))
 
     def stage_runs(self, stage: StageSpec, input_live: bool) -> bool:
@@ -210,7 +205,7 @@ class RoundGraph(StageGraph):
                                   stage.key_prefixed)
         task = self.context.stage_task(stage, self.side_input_table(stage))
         batch = self._keyed_batch(stage.index)
-        return keyed.mapPartitionsWithIndex(functools.partial(
+        return self.state.placement.run(batch.step, keyed, functools.partial(
             process_stateful_partition, task, batch))
 
     def stage_rdd(self, stage: StageSpec, records: Any) -> Any:

@@ -1,13 +1,14 @@
 """The keyed state of one key partition, kept on the executor that runs it (LMDB).
 
 A keyed step (a GroupByKey or a stateful DoFn) keeps each key partition's state in a store of
-its own, on the local disk of the executor that runs the partition's tasks, where it stays
-from micro-batch to micro-batch: a batch reads and writes only the keys it touches (its
-elements' keys, and the keys whose timers or window expiry are due), never the whole
-partition. This is how Spark's own state store and Flink's RocksDB backend keep state;
-measured on a 2-core machine, LMDB writes 10k keys (with their index entries) in ~80 ms at
-10k or at 1M keys held, where sqlite slowed from 84 to 365-488 ms and needs a query planner
-kept in line.
+its own, on the local disk of the executor that runs the partition's tasks (under Spark's
+own local directories: ``spark.local.dir``, the directories YARN or Kubernetes give an
+executor), where it stays from micro-batch to micro-batch: a batch reads and writes only the
+keys it touches (its elements' keys, and the keys whose timers or window expiry are due),
+never the whole partition. This is how Spark's own state store and Flink's RocksDB backend
+keep state; measured on a 2-core machine, LMDB writes 10k keys (with their index entries) in
+~80 ms at 10k or at 1M keys held, where sqlite slowed from 84 to 365-488 ms and needs a
+query planner kept in line.
 
 A store is an LMDB environment with these databases:
 
@@ -18,7 +19,6 @@ A store is an LMDB environment with these databases:
                           window to expire (fired when the input watermark reaches it)
 ``processing_wakes``      sortable(micros) + key: processing-time timers
 ``holds``                 sortable(micros) + key: watermark holds (the earliest is reported)
-``changes``               version + key: keys written since the last durable checkpoint
 ``undo``                  key -> its row before the current version (empty: it had none)
 ``meta``                  version, previous version, key count, state bytes
 ========================  ===================================================================
@@ -28,14 +28,13 @@ A store is an LMDB environment with these databases:
 intact. A task run again after its transaction committed (Spark re-runs a task whose output
 was lost, or a batch after a failure) finds ``target`` and first rolls back to ``previous``
 from the undo records, so it computes the same result again. A store at any other version
-(an executor that never held the partition, a driver restarted from a checkpoint) is rebuilt
-from the step's durable checkpoint files, or refused with :class:`StateLostError`.
+(an executor that never held the partition, or held it before it moved) is rebuilt from the
+partition's durable state, or refused with :class:`StateLostError` when there is none.
 
-**Checkpoints** (:class:`DurableState`): when the driver asks, a task writes after its commit
-either a *delta* (the rows of every key changed since the last durable checkpoint; deleted
-keys as ``None``) or a *snapshot* (a compact copy of the store), into
-``<checkpoint dir>/state/<step>/<partition>/``. A step's durable state is a chain: a snapshot
-(or nothing) and the deltas after it. Nothing passes through the driver.
+**Durable state** (:mod:`~runners.spark.streaming.state_files`): with a checkpoint location,
+every commit that changed keys also writes them (a delta, now and then a snapshot) to
+``<checkpoint dir>/state/<step>/<partition>/`` before the task ends, so the local store is a
+cache: a task on any executor rebuilds it. Nothing passes through the driver.
 
 >>> import tempfile
 >>> location = StoreLocation(tempfile.mkdtemp(), "Sum", 0)
@@ -54,27 +53,29 @@ import collections
 import dataclasses
 import hashlib
 import os
-import pickle
 import re
 import shutil
 import struct
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+import tempfile
+import zlib
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 import lmdb
+
+from runners.spark.streaming.state_files import DurableState, StateFile
 
 #: Sentinel for "no timestamp" in a row header.
 _NONE = 2**63 - 1
 _HEADER = struct.Struct(">qqqq")  # version, event wake, processing wake, hold
 _SORTABLE = struct.Struct(">Q")
-_VERSION = struct.Struct(">Q")
 _META = struct.Struct(">q")
-_DATABASES = ("rows", "event_wakes", "processing_wakes", "holds", "changes", "undo", "meta")
+_DATABASES = ("rows", "event_wakes", "processing_wakes", "holds", "undo", "meta")
 #: A store's memory map starts at this size and doubles when half used.
 INITIAL_MAP_BYTES = 1 << 30
 #: Open environments per Python worker process (least recently used ones are closed).
 _ENVIRONMENT_LIMIT = 64
-#: Format of delta files.
-DELTA_FORMAT = 1
+#: The run directories of state on an executor are named so (see :func:`executor_root`).
+RUN_DIRECTORY_PREFIX = "beam-state-"
 
 
 class StateLostError(RuntimeError):
@@ -109,6 +110,41 @@ def step_directory_name(step: str) -> str:
     return f"{safe}-{hashlib.sha1(step.encode('utf-8')).hexdigest()[:8]}"
 
 
+def partition_directory_name(partition: int) -> str:
+    return f"{partition:05d}"
+
+
+def executor_local_directories() -> List[str]:
+    """Spark's local directories of this executor (a Python worker gets them in
+    ``SPARK_LOCAL_DIRS``: ``spark.local.dir``, or what YARN or Kubernetes gave the
+    executor); the system's temporary directory outside a Spark task."""
+    configured = os.environ.get("SPARK_LOCAL_DIRS", "")
+    return [directory for directory in configured.split(",") if directory] or [
+        tempfile.gettempdir()]
+
+
+def executor_root(run: str, step: str, partition: int) -> str:
+    """The state directory of ``run`` on this executor that holds the partition's store:
+    partitions are spread over the executor's local directories (its disks)."""
+    directories = executor_local_directories()
+    chosen = directories[zlib.crc32(f"{step}/{partition}".encode("utf-8")) % len(directories)]
+    return os.path.join(chosen, RUN_DIRECTORY_PREFIX + run)
+
+
+def remove_run(run: str) -> int:
+    """Remove ``run``'s state from this executor (every local directory), closing the stores
+    this process has open there; returns how many run directories were removed."""
+    removed = 0
+    for directory in executor_local_directories():
+        root = os.path.join(directory, RUN_DIRECTORY_PREFIX + run)
+        for path in [path for path in _ENVIRONMENTS if path.startswith(root + os.sep)]:
+            _forget(path)
+        if os.path.isdir(root):
+            shutil.rmtree(root, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 class StoreLocation(NamedTuple):
     """Where a key partition's store lives: the run's state root on the executor."""
 
@@ -117,23 +153,8 @@ class StoreLocation(NamedTuple):
     partition: int
 
     def path(self) -> str:
-        return os.path.join(self.root, step_directory_name(self.step), f"{self.partition:05d}")
-
-
-@dataclasses.dataclass(frozen=True)
-class DurableState:
-    """A step's checkpointed state: its directory and the files of the latest checkpoint,
-    ``(("snapshot" | "delta", version), ...)`` oldest first (empty: nothing checkpointed)."""
-
-    directory: str
-    chain: Tuple[Tuple[str, int], ...] = ()
-
-    @property
-    def version(self) -> int:
-        return self.chain[-1][1] if self.chain else 0
-
-    def partition_directory(self, partition: int) -> str:
-        return os.path.join(self.directory, f"{partition:05d}")
+        return os.path.join(self.root, step_directory_name(self.step),
+                            partition_directory_name(self.partition))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,15 +164,13 @@ class VersionPlan:
     Args:
       previous: the version the store must be at (0: the step never held state).
       target: the version the task leaves it at.
-      durable: the step's checkpointed state (None: no checkpoints).
-      write: ``"delta"`` or ``"snapshot"``: write a checkpoint file of ``target`` after
-        the commit; None: write none.
+      durable: the partition's durable state (None: no checkpoint location); a task that
+        changes keys writes a state file of ``target`` there after its commit.
     """
 
     previous: int
     target: int
     durable: Optional[DurableState] = None
-    write: Optional[str] = None
 
 
 def _sortable(micros: int) -> bytes:
@@ -193,9 +212,13 @@ def _environment(path: str) -> Tuple[Any, Dict[str, Any]]:
     if cached is None or not os.path.isdir(path):
         if cached is not None:
             cached[0].close()
+        # Stores of runs that ended (their directories removed) are closed: their memory
+        # maps would keep the deleted files' disk space.
+        for stale in [other for other in _ENVIRONMENTS if not os.path.isdir(other)]:
+            _forget(stale)
         os.makedirs(path, exist_ok=True)
         # writemap: measured flat write cost as the store grows (without it, random keys
-        # cost 4x more at 1M keys); sync off: a batch's durability is the checkpoint's job.
+        # cost 4x more at 1M keys); sync off: a batch's durability is the state files' job.
         environment = lmdb.open(path, map_size=INITIAL_MAP_BYTES, max_dbs=len(_DATABASES),
                                 sync=False, metasync=False, writemap=True, readahead=False,
                                 meminit=False)
@@ -232,22 +255,26 @@ class PartitionState:
     """One task's access to a key partition's store.
 
     Use :meth:`open` as a context manager. Opening brings the store to the plan's previous
-    version (rolling back, or rebuilding from the checkpoint); reads see the store and the
-    task's own writes; leaving the block normally applies every write, the undo records and
-    the new version in one transaction (retried with a larger memory map if it fills the
-    map) and writes the planned checkpoint file; leaving it with an exception writes
-    nothing. :attr:`summary` then describes the partition.
+    version (rolling back, or rebuilding from the durable state); reads see the store and
+    the task's own writes; leaving the block normally applies every write, the undo records
+    and the new version in one transaction (retried with a larger memory map if it fills
+    the map), then writes the partition's state file; leaving it with an exception writes
+    nothing. :attr:`summary` then describes the partition, :attr:`written` names the state
+    file written (None: none) and :attr:`loaded` says whether the store was rebuilt from
+    the durable state.
     """
 
     def __init__(self, location: StoreLocation, plan: VersionPlan, environment: Any,
-                 databases: Dict[str, Any]) -> None:
+                 databases: Dict[str, Any], loaded: bool) -> None:
         self.location = location
         self.plan = plan
+        self.loaded = loaded
         self._environment = environment
         self._db = databases
         self._txn = environment.begin()  # reads
         self._writes: Dict[bytes, Optional[KeyState]] = {}
         self.summary: Optional[Summary] = None
+        self.written: Optional[StateFile] = None
 
     # ----- opening: versions, rollback, rebuild
     @classmethod
@@ -256,23 +283,23 @@ class PartitionState:
         environment, databases = _environment(path)
         _ensure_room(environment)
         txn = environment.begin(write=True)
+        loaded = False
         try:
             version = _meta_value(txn, databases, b"version")
             if version == plan.target and plan.target != plan.previous:
-                _rollback(txn, databases, plan.target)
+                _rollback(txn, databases)
                 version = _meta_value(txn, databases, b"version")
             if version != plan.previous:
                 txn.abort()
                 environment, databases = _rebuild(location, plan, version)
+                loaded = plan.previous != 0
                 txn = environment.begin(write=True)
             txn.drop(databases["undo"], delete=False)
-            if plan.durable is not None:
-                _prune_changes(txn, databases, plan.durable.version)
         except BaseException:
             txn.abort()
             raise
         txn.commit()
-        return cls(location, plan, environment, databases)
+        return cls(location, plan, environment, databases, loaded)
 
     def __enter__(self) -> "PartitionState":
         return self
@@ -283,14 +310,27 @@ class PartitionState:
             return
         for _ in range(32):
             try:
-                self.summary = self._apply()
+                self.summary, rows = self._apply()
                 break
             except lmdb.MapFullError:  # the task wrote more than the map had free
                 self._environment.set_mapsize(2 * self._environment.info()["map_size"])
         else:
             raise RuntimeError(f"the state of {self.location.path()} does not fit its map")
-        if self.plan.write is not None:
-            write_checkpoint(self.location, self.plan)
+        if self.plan.durable is not None and rows:
+            self.written = self._write_state_file(rows)
+
+    def _write_state_file(self, rows: List[Tuple[bytes, Optional[bytes]]]) -> StateFile:
+        """The rows this task changed as a delta, or the whole store as a snapshot when the
+        chain is due one (after the commit: a task retried after it rolls back first)."""
+        durable = self.plan.durable
+        if not durable.snapshot:
+            return durable.write_delta(self.plan.target, rows)
+        copy = tempfile.mkdtemp(prefix=".snapshot-", dir=self.location.root)
+        try:
+            self._environment.copy(copy, compact=True)
+            return durable.write_snapshot(self.plan.target, os.path.join(copy, "data.mdb"))
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
 
     @property
     def touched(self) -> int:
@@ -325,8 +365,11 @@ class PartitionState:
         return keys
 
     # ----- applying a task's writes
-    def _apply(self) -> Summary:
+    def _apply(self) -> Tuple[Summary, List[Tuple[bytes, Optional[bytes]]]]:
+        """One transaction: the task's writes, their undo records and the new version.
+        Returns the summary and the rows written (None: deleted), for the state file."""
         databases = self._db
+        written: List[Tuple[bytes, Optional[bytes]]] = []
         with self._environment.begin(write=True) as txn:
             if _meta_value(txn, databases, b"version") != self.plan.previous:
                 raise RuntimeError(f"{self.location.path()} changed version during a task")
@@ -337,7 +380,6 @@ class PartitionState:
                                 (b"previous", self.plan.previous),
                                 (b"version", self.plan.target)):
                 txn.put(name, _META.pack(value), db=meta)
-            changed = _VERSION.pack(self.plan.target)
             for key, state in self._writes.items():
                 old = txn.get(key, db=databases["rows"])
                 txn.put(key, b"" if old is None else old, db=databases["undo"])
@@ -345,21 +387,23 @@ class PartitionState:
                     _index_row(txn, databases, key, old, add=False)
                     keys -= 1
                     size -= len(old) - _HEADER.size
-                txn.put(changed + key, b"", db=databases["changes"])
                 if state is None:
                     if old is not None:
                         txn.delete(key, db=databases["rows"])
+                        written.append((key, None))
                     continue
                 row = _encode_row(self.plan.target, state)
                 txn.put(key, row, db=databases["rows"])
                 _index_row(txn, databases, key, row, add=True)
+                written.append((key, row))
                 keys += 1
                 size += len(state.blob)
             txn.put(b"keys", _META.pack(keys), db=meta)
             txn.put(b"bytes", _META.pack(size), db=meta)
-            return Summary(keys, size, _first(txn, databases, "holds"),
-                           _first(txn, databases, "event_wakes"),
-                           _first(txn, databases, "processing_wakes"))
+            summary = Summary(keys, size, _first(txn, databases, "holds"),
+                              _first(txn, databases, "event_wakes"),
+                              _first(txn, databases, "processing_wakes"))
+        return summary, written
 
 
 def _first(txn: Any, databases: Dict[str, Any], name: str) -> Optional[int]:
@@ -384,20 +428,28 @@ def _index_row(txn: Any, databases: Dict[str, Any], key: bytes, row: bytes, add:
                 txn.delete(entry, db=databases[name])
 
 
-def _rollback(txn: Any, databases: Dict[str, Any], version: int) -> None:
-    """Undo ``version``: every key back to its row before it, and the meta values."""
+def _replace_row(txn: Any, databases: Dict[str, Any], key: bytes, row: Optional[bytes]) -> int:
+    """Put ``row`` (None: delete) at ``key`` with its index entries; returns the change of
+    the state bytes (the key count changes by the sign of the rows present)."""
     rows = databases["rows"]
+    current = txn.get(key, db=rows)
+    change = 0
+    if current is not None:
+        _index_row(txn, databases, key, current, add=False)
+        txn.delete(key, db=rows)
+        change -= len(current) - _HEADER.size
+    if row:
+        txn.put(key, row, db=rows)
+        _index_row(txn, databases, key, row, add=True)
+        change += len(row) - _HEADER.size
+    return change
+
+
+def _rollback(txn: Any, databases: Dict[str, Any]) -> None:
+    """Undo the current version: every key back to its row before it, and the meta values."""
     cursor = txn.cursor(db=databases["undo"])
     for key, previous in list(cursor.iternext()):
-        key, previous = bytes(key), bytes(previous)
-        current = txn.get(key, db=rows)
-        if current is not None:
-            _index_row(txn, databases, key, current, add=False)
-            txn.delete(key, db=rows)
-        if previous:
-            txn.put(key, previous, db=rows)
-            _index_row(txn, databases, key, previous, add=True)
-        txn.delete(_VERSION.pack(version) + key, db=databases["changes"])
+        _replace_row(txn, databases, bytes(key), bytes(previous) or None)
     txn.drop(databases["undo"], delete=False)
     meta = databases["meta"]
     for name, previous_name in ((b"keys", b"previous_keys"), (b"bytes", b"previous_bytes")):
@@ -405,131 +457,39 @@ def _rollback(txn: Any, databases: Dict[str, Any], version: int) -> None:
     txn.put(b"version", txn.get(b"previous", db=meta) or _META.pack(0), db=meta)
 
 
-def _prune_changes(txn: Any, databases: Dict[str, Any], durable_version: int) -> None:
-    """Forget changes a committed checkpoint holds (versions up to ``durable_version``)."""
-    cursor = txn.cursor(db=databases["changes"])
-    if not cursor.first():
-        return
-    while cursor.key() and _VERSION.unpack(cursor.key()[:8])[0] <= durable_version:
-        if not cursor.delete():
-            break
-
-
 def _rebuild(location: StoreLocation, plan: VersionPlan, found: int) -> Tuple[Any, Dict[str, Any]]:
-    """A store at version ``plan.previous`` from the checkpoint, or a new empty store when the
-    step never held state; anything else is lost state."""
+    """A store at version ``plan.previous`` from the partition's durable state, or a new
+    empty store when the step never held state; anything else is lost state."""
     path = location.path()
     durable = plan.durable
-    if plan.previous == 0:
-        _forget(path)
-        shutil.rmtree(path, ignore_errors=True)
-        return _environment(path)
-    if durable is None or durable.version != plan.previous:
-        where = ("no checkpoint is kept (--checkpoint_dir)" if durable is None else
-                 f"the latest checkpoint holds version {durable.version}")
+    if plan.previous != 0 and durable is None:
         raise StateLostError(
             f"the state of step {location.step!r}, key partition {location.partition}, at "
-            f"version {plan.previous} is not in {path} (found version {found}) and {where}. "
-            "A partition's state stays on the executor that ran it; when it moves (a lost "
-            "executor, another executor on a cluster) it is rebuilt from the checkpoint: run "
-            "with --checkpoint_dir on storage every executor can read, and restart the job.")
+            f"version {plan.previous} is not in {path} (found version {found}) and no "
+            "checkpoint location holds it (--checkpoint_dir). A partition's state stays on "
+            "the executor that ran it; when it moves (a lost executor, another executor on a "
+            "cluster) it is rebuilt from the checkpoint location: run with --checkpoint_dir "
+            "on storage every executor can read, and restart the job.")
     _forget(path)
     shutil.rmtree(path, ignore_errors=True)
-    source = durable.partition_directory(location.partition)
-    chain = list(durable.chain)
-    if chain and chain[0][0] == "snapshot":
+    chain = list(durable.chain) if plan.previous != 0 else []
+    if chain and chain[0].kind == "snapshot":
         os.makedirs(path)
-        shutil.copyfile(os.path.join(source, _snapshot_name(chain[0][1]), "data.mdb"),
-                        os.path.join(path, "data.mdb"))
+        durable.read_snapshot(chain[0], os.path.join(path, "data.mdb"))
         chain = chain[1:]
     environment, databases = _environment(path)
     with environment.begin(write=True) as txn:
-        for name in ("undo", "changes"):
-            txn.drop(databases[name], delete=False)
+        txn.drop(databases["undo"], delete=False)
         keys, size = _meta_value(txn, databases, b"keys"), _meta_value(txn, databases, b"bytes")
-        for kind, version in chain:
-            for key, row in _read_delta(os.path.join(source, _delta_name(version))):
-                current = txn.get(key, db=databases["rows"])
-                if current is not None:
-                    _index_row(txn, databases, key, current, add=False)
-                    keys -= 1
-                    size -= len(current) - _HEADER.size
-                if row is None:
-                    txn.delete(key, db=databases["rows"])
-                    continue
-                txn.put(key, row, db=databases["rows"])
-                _index_row(txn, databases, key, row, add=True)
-                keys += 1
-                size += len(row) - _HEADER.size
+        for state_file in chain:
+            for key, row in durable.read_delta(state_file):
+                had = txn.get(key, db=databases["rows"]) is not None
+                size += _replace_row(txn, databases, key, row)
+                keys += (row is not None) - had
         for name, value in ((b"keys", keys), (b"bytes", size), (b"version", plan.previous),
                             (b"previous", plan.previous)):
             txn.put(name, _META.pack(value), db=databases["meta"])
     return environment, databases
-
-
-# ----- checkpoint files
-def _delta_name(version: int) -> str:
-    return f"delta-{version:012d}.pickle"
-
-
-def _snapshot_name(version: int) -> str:
-    return f"snapshot-{version:012d}"
-
-
-def checkpoint_file_name(kind: str, version: int) -> str:
-    """The file (delta) or directory (snapshot) of one partition's checkpoint."""
-    return _delta_name(version) if kind == "delta" else _snapshot_name(version)
-
-
-def write_checkpoint(location: StoreLocation, plan: VersionPlan) -> str:
-    """Write the checkpoint file ``plan.write`` of version ``plan.target`` (after the
-    commit), atomically: a temporary name, then a rename."""
-    durable = plan.durable
-    if durable is None:
-        raise ValueError("a checkpoint needs the step's checkpoint directory")
-    directory = durable.partition_directory(location.partition)
-    os.makedirs(directory, exist_ok=True)
-    environment, databases = _environment(location.path())
-    final = os.path.join(directory, checkpoint_file_name(plan.write, plan.target))
-    temporary = f"{final}.incomplete-{os.getpid()}"
-    if plan.write == "snapshot":
-        shutil.rmtree(temporary, ignore_errors=True)
-        os.makedirs(temporary)
-        environment.copy(temporary, compact=True)
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(temporary, final)
-        return final
-    with environment.begin() as txn:
-        keys: List[bytes] = []
-        seen: Set[bytes] = set()
-        cursor = txn.cursor(db=databases["changes"])
-        for entry in cursor.iternext(keys=True, values=False):
-            if _VERSION.unpack(entry[:8])[0] <= durable.version:
-                continue
-            key = bytes(entry[8:])
-            if key not in seen:
-                seen.add(key)
-                keys.append(key)
-        rows = [(key, _copy(txn.get(key, db=databases["rows"]))) for key in keys]
-    with open(temporary, "wb") as file:
-        pickle.dump((DELTA_FORMAT, plan.target, rows), file, protocol=5)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, final)
-    return final
-
-
-def _copy(row: Any) -> Optional[bytes]:
-    return None if row is None else bytes(row)
-
-
-def _read_delta(path: str) -> Iterator[Tuple[bytes, Optional[bytes]]]:
-    with open(path, "rb") as file:
-        data_format, _, rows = pickle.load(file)
-    if data_format != DELTA_FORMAT:
-        raise StateLostError(f"{path} is a state delta of format {data_format}; this runner "
-                             f"reads format {DELTA_FORMAT}")
-    yield from rows
 
 
 def close_all() -> None:

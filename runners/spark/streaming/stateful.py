@@ -31,7 +31,7 @@ from runners.spark.streaming.state import (
     encode_user_state,
     processing_micros,
 )
-from runners.spark.streaming.state_store import KeyState, PartitionState
+from runners.spark.streaming.state_store import KeyState
 
 
 def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: int,
@@ -59,10 +59,9 @@ def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: in
     collected: List[Any] = []
     outputs: List[Tuple[int, bytes]] = []
     try:
-        with PartitionState.open(batch.location(partition), batch.versions) as store:
+        with batch.open_state(partition) as store:
             keys: Set[bytes] = set(by_key)
-            if batch.process:
-                keys |= store.due(times.input_after, processing_micros(times.processing_time))
+            keys |= store.due(times.input_after, processing_micros(times.processing_time))
             for key in keys:
                 found = store.get(key)
                 if found is not None:
@@ -78,17 +77,16 @@ def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: in
                         for transform_id, pieces in data.items()}
                 outputs.extend(_run(processor, data, {}, timers, collected, output_index,
                                     task.namer))
-            if batch.process:
-                for _ in range(MAX_TIMER_ROUNDS):
-                    due = timers.take_due(times.input_after, times.processing_time)
-                    if not due:
-                        break
-                    outputs.extend(_run(processor, {}, due, timers, collected, output_index,
-                                        task.namer))
-                else:
-                    raise RuntimeError(
-                        f"timers of stage {stage.name!r} kept firing for {MAX_TIMER_ROUNDS} "
-                        f"rounds at watermark {times.timestamp('input_after')}")
+            for _ in range(MAX_TIMER_ROUNDS):
+                due = timers.take_due(times.input_after, times.processing_time)
+                if not due:
+                    break
+                outputs.extend(_run(processor, {}, due, timers, collected, output_index,
+                                    task.namer))
+            else:
+                raise RuntimeError(
+                    f"timers of stage {stage.name!r} kept firing for {MAX_TIMER_ROUNDS} "
+                    f"rounds at watermark {times.timestamp('input_after')}")
             cells = _cells_by_key(handler.user_state())
             pending = timers.by_key(key_impl.encode)
             for key in sorted(keys | set(cells) | set(pending)):
@@ -116,7 +114,7 @@ def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: in
     for index, chunk in outputs:
         yield Elements(index, chunk)
     yield from reports
-    yield batch.report(partition, store.summary, inputs, len(outputs), store.touched)
+    yield batch.report(partition, store, inputs, len(outputs))
 
 
 def _cells_by_key(cells: Dict[bytes, List[bytes]]) -> Dict[bytes, Dict[bytes, List[bytes]]]:

@@ -53,6 +53,7 @@ import itertools
 import json
 import logging
 import os
+import socket
 import time
 from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
 
@@ -115,7 +116,8 @@ class CarriedResiduals:
         self.elements: Dict[int, int] = {}
         self._ran: Dict[int, float] = {}  # stage index -> clock, in the job being built
         self._batch = 0
-        self._pending: Dict[int, Tuple[int, int]] = {}  # pid -> (report sequence, pending)
+        #: worker process (see SplittableReport) -> (report sequence, callbacks pending)
+        self._pending: Dict[str, Tuple[int, int]] = {}
         #: Callbacks of batches before this one that are still pending are dropped.
         self._stale_before = 0
         self._names: Dict[int, Optional[str]] = {}  # stage index -> splittable DoFn or None
@@ -198,15 +200,15 @@ class CarriedResiduals:
 
     # ----- finalization
     def _note_pending(self, report: SplittableReport) -> None:
-        sequence, _ = self._pending.get(report.pid, (-1, 0))
+        sequence, _ = self._pending.get(report.worker, (-1, 0))
         if report.sequence > sequence:
-            self._pending[report.pid] = (report.sequence, report.pending)
+            self._pending[report.worker] = (report.sequence, report.pending)
 
     def finalize(self) -> int:
         """Call the finalizations of every batch run so far (its output was written);
         returns how many worker processes could not be reached (their callbacks are dropped)."""
         for _ in range(FINALIZE_ATTEMPTS):
-            waiting = [pid for pid, (_, pending) in self._pending.items() if pending]
+            waiting = [worker for worker, (_, pending) in self._pending.items() if pending]
             if not waiting:
                 return 0
             slices = 2 * max(self.parallelism, len(waiting))
@@ -216,14 +218,14 @@ class CarriedResiduals:
             self.jobs += 1
             for report in reports:
                 self._note_pending(report)
-        missed = [pid for pid, (_, pending) in self._pending.items() if pending]
+        missed = [worker for worker, (_, pending) in self._pending.items() if pending]
         if missed:
             _LOGGER.warning("streaming: bundle finalizations of worker processes %s could not "
                             "be run; they are dropped (a source may re-read some records "
                             "after a restart)", missed)
             self._stale_before = self._batch + 1
-            for pid in missed:
-                self._pending[pid] = (self._pending[pid][0], 0)
+            for worker in missed:
+                self._pending[worker] = (self._pending[worker][0], 0)
         return len(missed)
 
     # ----- checkpoints
@@ -277,9 +279,16 @@ def _finalize_before(batch: int, stale_before: int) -> None:
                 _LOGGER.warning("bundle finalization failed: %s", error)
 
 
+def worker_name() -> str:
+    """This Python worker across the cluster: host, executor (its local directories, unique
+    per executor) and process id; a process id alone repeats across hosts."""
+    return (f"{socket.gethostname()}:{os.environ.get('SPARK_LOCAL_DIRS', '-')}:"
+            f"{os.getpid()}")
+
+
 def _report(stage: int, outputs: int, elements: int = 0) -> SplittableReport:
-    return SplittableReport(stage, os.getpid(), next(_SEQUENCE), len(_FINALIZATIONS), outputs,
-                            elements)
+    return SplittableReport(stage, worker_name(), next(_SEQUENCE), len(_FINALIZATIONS),
+                            outputs, elements)
 
 
 def _element_count(infos: List[Any], pcollections: FrozenSet[str]) -> int:

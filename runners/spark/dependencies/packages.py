@@ -7,7 +7,7 @@ the packages its client downloaded into the requirements cache. :func:`install_j
 installs them as Beam's SDK containers do, but without any network: ``pip install
 --no-index --find-links <the job's staged packages>``, into a folder of the job's own
 (``--target``), which the job's Spark workers put on ``sys.path``
-(:mod:`runners.spark.job_environment`).
+(:mod:`runners.spark.dependencies.worker`).
 
 * A requirement the job server's own environment already satisfies is not installed again
   (the job runs on the server's interpreter: ``apache-beam``, ``pyspark`` and the like are

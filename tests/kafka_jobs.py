@@ -21,10 +21,16 @@ from typing import Counter, List
 import pytest
 
 from transforms.kafka.polling import poll_records
-from project import REPO
+from project import PYTHON, REPO
 
 #: Seconds a job may take (Spark's start-up included).
 RUN_SECONDS = 240.0
+#: The input of the restart and fault tests: partitions, records in each, records of a
+#: partition read per batch, window seconds.
+PARTITIONS = 4
+PER_PARTITION = 12
+BATCH_CAP = 2
+WINDOW = 10
 
 
 def game_records(base: int, partitions: int, per_partition: int) -> List[tuple]:
@@ -113,3 +119,20 @@ def wait_for_records(job: subprocess.Popen, bootstrap_servers: str, topic: str, 
             time.sleep(0.2)
     finally:
         consumer.close()
+
+
+def team_scores_command(kafka, source: str, output: str, checkpoint_dir: Path,
+             exactly_once: bool) -> List[str]:
+    """team_scores from ``source`` to ``output`` on the SparkRunner, reading at most
+    :data:`BATCH_CAP` records of a partition a batch (so the read takes several batches),
+    firing on event time only, checkpointed every batch."""
+    return [PYTHON, "-m", "pipelines.team_scores", "--source", "kafka",
+            "--bootstrap_servers", kafka.bootstrap_servers, "--input_topic", source,
+            "--output_topic", output, "--max_records", str(PER_PARTITION),
+            "--batch_max_records_per_partition", str(BATCH_CAP),
+            "--window_seconds", str(WINDOW), "--early_seconds", "0",
+            "--allowed_lateness", "600", "--idle_timeout_seconds", "3600",
+            "--runner", "SparkRunner", "--streaming", "--batch_interval_seconds", "0.2",
+            "--checkpoint_dir", str(checkpoint_dir), "--checkpoint_interval_batches", "1",
+            "--spark_parallelism", "1", "--spark_conf", "spark.ui.enabled=false",
+            *(["--exactly_once"] if exactly_once else [])]

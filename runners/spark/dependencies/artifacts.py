@@ -8,8 +8,8 @@ each staged file means for a pipeline that runs in Spark's own Python workers:
   ``extra_packages.txt``), and the requirements of ``requirements.txt``
   (``--requirements_file``) the server does not already have, from the packages staged with
   them (``--requirements_cache``): installed offline into the job's own site folder, shipped
-  zipped, and put on the job's workers' ``sys.path`` (see :mod:`runners.spark.job_server.packages`
-  and :mod:`runners.spark.job_environment`). A package neither staged nor installed on the
+  zipped, and put on the job's workers' ``sys.path`` (see :mod:`runners.spark.dependencies.packages`
+  and :mod:`runners.spark.dependencies.worker`). A package neither staged nor installed on the
   server fails the job, by name.
 * the pickled main session (``--save_main_session``): loaded on the driver, shipped under a
   name of its content, and loaded in each Python worker before the job's first bundle there.
@@ -34,8 +34,8 @@ import sys
 from typing import Any, Iterable, List, Optional, Tuple
 
 
-from runners.spark import job_environment
-from runners.spark.job_server import packages as job_packages
+from runners.spark.dependencies import packages as job_packages
+from runners.spark.dependencies import worker as job_environment
 from runners.spark.beam_internals import beam_runner_api_pb2, common_urns, pickler, proto_utils
 
 #: File name Beam's stager gives the pickled main session.
@@ -85,7 +85,7 @@ def staged_files(
 
 @dataclasses.dataclass
 class ShippedArtifacts:
-    """What a job's tasks need to find its artifacts (see :mod:`runners.spark.job_environment`).
+    """What a job's tasks need to find its artifacts (see :mod:`runners.spark.dependencies.worker`).
 
     Attributes:
       site: the ``SparkFiles`` name of the job's installed packages (zip), or None.
@@ -103,7 +103,7 @@ def ship_to_executors(spark_context: Any, files: List[Tuple[str, str]], work_dir
     """Make the staged ``files`` available to the job's tasks (see module doc).
 
     ``work_dir`` is the job's own directory on the server (files are copied there under their
-    staged names). Raises :class:`~runners.spark.job_server.packages.MissingPackageError` (or
+    staged names). Raises :class:`~runners.spark.dependencies.packages.MissingPackageError` (or
     ``PackageInstallError``) when the job's packages cannot be installed.
     """
     packages_dir = os.path.join(work_dir, "packages")

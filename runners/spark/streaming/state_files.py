@@ -1,0 +1,168 @@
+"""A key partition's durable state: the files in ``--checkpoint_dir`` that rebuild its store.
+
+With a checkpoint location, the executor's LMDB store (:mod:`~runners.spark.streaming.
+state_store`) is a cache: every task that changes it also writes, after its commit and
+before the batch counts as done, the rows it changed (a *delta*) to
+``<checkpoint dir>/state/<step>/<partition>/``; from time to time it writes a compact copy of
+the whole store (a *snapshot*) instead, which starts a new chain. A partition's durable
+state is its *chain*: a snapshot (or nothing) and the deltas after it, oldest first, each a
+:class:`StateFile`. The driver learns every file from the tasks' reports and hands each
+task its partition's chain; a task that finds no store at the version it expects (it runs
+on another executor than last time, or the executor is new) rebuilds the store from it.
+This is how Spark's HDFS-backed state store (a delta file per batch, snapshots) and RocksDB
+changelog checkpointing keep state on a cluster.
+
+When to snapshot (:func:`snapshot_due`, decided by the driver from the chain and the
+partition's size): once the deltas since the last snapshot add up to more than the store
+itself (at least :data:`SNAPSHOT_MIN_BYTES`), or number :data:`MAX_DELTAS`: a rebuild then
+reads at most about twice the state, and the snapshots cost about as much again as the
+deltas.
+
+A delta's layout (no pickle: reading one runs no code)::
+
+    b"BEAMSTATEDELTA" format(u32) version(u64) count(u64)
+    then per row: key length(u32) key row length(u32, 0xffffffff: deleted) row
+
+>>> data = encode_delta(7, [(b"k1", b"row"), (b"k2", None)])
+>>> decode_delta(data)
+(7, [(b'k1', b'row'), (b'k2', None)])
+>>> file_name(StateFile("snapshot", 40, 0))
+'snapshot-000000000040.mdb'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+from runners.spark.streaming.storage import DurableStorage
+
+#: A snapshot is due once the chain's deltas add up to more than the store and this.
+SNAPSHOT_MIN_BYTES = 4 << 20
+#: ... or once the chain holds this many deltas (each is a file to read on a rebuild).
+MAX_DELTAS = 50
+_MAGIC = b"BEAMSTATEDELTA"
+_DELTA_FORMAT = 1
+_HEADER = struct.Struct(">IQQ")
+_LENGTH = struct.Struct(">I")
+_DELETED = 0xFFFFFFFF
+
+
+class StateFileError(RuntimeError):
+    """A state file that cannot be read (damaged, or of another format)."""
+
+
+class StateFile(NamedTuple):
+    """One file of a partition's chain: ``"delta"`` or ``"snapshot"``, the store version it
+    brings the partition to, and its size in bytes."""
+
+    kind: str
+    version: int
+    size: int
+
+
+def file_name(state_file: StateFile) -> str:
+    prefix, suffix = ("snapshot", "mdb") if state_file.kind == "snapshot" else ("delta", "bin")
+    return f"{prefix}-{state_file.version:012d}.{suffix}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DurableState:
+    """Where one key partition's state files are, and the chain that rebuilds its store.
+
+    Args:
+      storage: the checkpoint location.
+      directory: the partition's directory in it.
+      chain: a snapshot (or none) and the deltas after it, oldest first.
+      snapshot: the next file is a snapshot (:func:`snapshot_due`), not a delta.
+    """
+
+    storage: DurableStorage
+    directory: str
+    chain: Tuple[StateFile, ...] = ()
+    snapshot: bool = False
+
+    def path(self, state_file: StateFile) -> str:
+        return self.storage.join(self.directory, file_name(state_file))
+
+    def write_delta(self, version: int, rows: Sequence[Tuple[bytes, Optional[bytes]]]) -> StateFile:
+        data = encode_delta(version, rows)
+        state_file = StateFile("delta", version, len(data))
+        self.storage.write(self.path(state_file), data)
+        return state_file
+
+    def write_snapshot(self, version: int, local_file: str) -> StateFile:
+        """Upload ``local_file`` (a compact copy of the store at ``version``)."""
+        path = self.path(StateFile("snapshot", version, 0))
+        return StateFile("snapshot", version, self.storage.upload(local_file, path))
+
+    def read_snapshot(self, state_file: StateFile, local_file: str) -> None:
+        self.storage.download(self.path(state_file), local_file)
+
+    def read_delta(self, state_file: StateFile) -> List[Tuple[bytes, Optional[bytes]]]:
+        path = self.path(state_file)
+        version, rows = decode_delta(self.storage.read(path), path)
+        if version != state_file.version:
+            raise StateFileError(f"{path} holds version {version}, not {state_file.version}")
+        return rows
+
+
+def snapshot_due(chain: Sequence[StateFile], store_bytes: int) -> bool:
+    """Whether a partition whose chain is ``chain`` and whose store holds ``store_bytes``
+    writes a snapshot next (see the module docstring).
+
+    >>> snapshot_due([StateFile("delta", 1, 10)], store_bytes=100)
+    False
+    >>> snapshot_due([StateFile("delta", v, SNAPSHOT_MIN_BYTES) for v in (1, 2)], 100)
+    True
+    """
+    deltas = [entry for entry in chain if entry.kind == "delta"]
+    if len(deltas) >= MAX_DELTAS:
+        return True
+    return sum(entry.size for entry in deltas) > max(store_bytes, SNAPSHOT_MIN_BYTES)
+
+
+def encode_delta(version: int, rows: Sequence[Tuple[bytes, Optional[bytes]]]) -> bytes:
+    """Rows (key, row; None: deleted) as a delta of ``version`` (layout in the module doc)."""
+    parts = [_MAGIC, _HEADER.pack(_DELTA_FORMAT, version, len(rows))]
+    for key, row in rows:
+        parts.append(_LENGTH.pack(len(key)))
+        parts.append(key)
+        if row is None:
+            parts.append(_LENGTH.pack(_DELETED))
+        else:
+            parts.append(_LENGTH.pack(len(row)))
+            parts.append(row)
+    return b"".join(parts)
+
+
+def decode_delta(data: bytes, where: str = "a state delta") -> Tuple[int, List[Tuple[bytes, Optional[bytes]]]]:
+    if not data.startswith(_MAGIC):
+        raise StateFileError(f"{where} is not a state delta of this runner")
+    data_format, version, count = _HEADER.unpack_from(data, len(_MAGIC))
+    if data_format != _DELTA_FORMAT:
+        raise StateFileError(f"{where} is a state delta of format {data_format}; this runner "
+                             f"reads format {_DELTA_FORMAT}")
+    view = memoryview(data)
+    offset = len(_MAGIC) + _HEADER.size
+    rows: List[Tuple[bytes, Optional[bytes]]] = []
+    try:
+        for _ in range(count):
+            (length,) = _LENGTH.unpack_from(data, offset)
+            key = bytes(view[offset + 4:offset + 4 + length])
+            offset += 4 + length
+            (length,) = _LENGTH.unpack_from(data, offset)
+            offset += 4
+            if length == _DELETED:
+                rows.append((key, None))
+                continue
+            rows.append((key, bytes(view[offset:offset + length])))
+            offset += length
+    except struct.error as error:
+        raise StateFileError(f"{where} is truncated ({error})") from None
+    if offset > len(data):
+        raise StateFileError(f"{where} is truncated")
+    if offset < len(data):
+        raise StateFileError(f"{where} has {len(data) - offset} bytes after its last row")
+    return version, rows

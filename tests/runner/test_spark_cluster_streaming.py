@@ -1,0 +1,257 @@
+"""Streaming on a Spark cluster of two workers that share no disk (``cluster_fixtures``).
+
+Keyed state is a cache on the executor that runs a key partition, durable in the
+checkpoint location at every batch: a task on another executor rebuilds its store from
+there (``runners/spark/streaming/state_files.py``), and tasks go back to the executor that
+holds their store (``placement.py``). Each test runs a driver process of its own on the
+cluster (``cluster_job.py``: every key touched in every batch, windows closing during the
+run, a GroupByKey and a stateful DoFn), and compares what it wrote with the same pipeline
+on ``local[2]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+import cluster_job
+from cluster_fixtures import CLUSTER_MARKS, finish_driver, start_driver, wait_for_batches
+from kafka_fixtures import recent_base_seconds
+from kafka_jobs import (
+    PARTITIONS,
+    PER_PARTITION,
+    finish_job,
+    game_records,
+    kill_job,
+    start_job,
+    team_scores_command,
+    topic_panes,
+)
+from project import PYTHON, REPO
+from spark_fixtures import spark_session  # noqa: F401 (fixture)
+
+pytestmark = CLUSTER_MARKS
+JOB = str(Path(cluster_job.__file__))
+#: TestStream batches of data (each one a report line, its watermark advance another).
+BATCHES = 14
+_LOCAL_RECORDS = {}
+
+
+def _local_records(spark_session, directory: Path, batches: int):
+    """What the same pipeline writes on ``local[2]`` (the test session; once per size)."""
+    from runners.spark import SparkRunner
+
+    if batches not in _LOCAL_RECORDS:
+        directory.mkdir()
+        pipeline = beam.Pipeline(runner=SparkRunner(spark_session),
+                                 options=PipelineOptions([], streaming=True, spark_parallelism=4))
+        cluster_job.build(pipeline, str(directory), batches)
+        pipeline.run().wait_until_finish()
+        _LOCAL_RECORDS[batches] = cluster_job.read_records(str(directory))
+    return _LOCAL_RECORDS[batches]
+
+
+def _report(path: Path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _job_command(cluster, panes: Path, checkpoints: str, report: Path, batches: int,
+                 *options: str):
+    return [PYTHON, JOB, str(panes), "--batches", str(batches), "--spark_parallelism", "4",
+            "--checkpoint_dir", checkpoints, "--streaming_report", str(report),
+            *cluster.runner_options(), *options]
+
+
+def test_a_keyed_streaming_job_keeps_its_stores_and_survives_a_lost_worker(
+        two_workers, shared_dir, spark_session, tmp_path):
+    """Steady, each key partition's task goes back to the executor that holds its store: no
+    store is rebuilt in any batch. Then worker 1, its executor and its Python workers are
+    SIGKILLed mid-stream: the job finishes on worker 0, whose tasks rebuild the lost
+    partitions' stores from the checkpoint location, and writes what ``local[2]`` writes."""
+    panes, report, log = shared_dir / "panes", shared_dir / "report.jsonl", tmp_path / "job.log"
+    before_kill = 12  # report lines (a TestStream event each)
+    driver = start_driver(_job_command(two_workers, panes, str(shared_dir / "checkpoints"),
+                                       report, BATCHES), log)
+    try:
+        wait_for_batches(driver, report, before_kill, log)
+        killed = two_workers.kill_worker(1)
+        assert len(killed) >= 3, killed  # the worker, its executor, its Python daemon
+        expected = _local_records(spark_session, tmp_path / "local", BATCHES)
+        finish_driver(driver, log)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        two_workers.start_worker(1)
+
+    # At-least-once: panes of the batch in flight may be written again, as the same files.
+    assert cluster_job.read_records(str(panes)) == expected
+    lines = _report(report)
+    # The sum's GroupByKey, and the stateful stage (named after its fused transforms).
+    steps = sorted(lines[-1]["stores_loaded"])
+    count = next(step for step in steps if "Count" in step)
+    assert len(steps) == 2 and "Sum/GroupByKey" in steps
+    assert max(line["state_keys"][count] for line in lines) == len(cluster_job.KEYS)
+    loaded = [sum(line["stores_loaded"].values()) for line in lines]
+    assert sum(loaded[:before_kill]) == 0, loaded  # steady: every store stayed where it was
+    assert sum(loaded[before_kill:]) > 0, loaded  # the lost executor's partitions moved
+
+
+def test_a_job_killed_and_restarted_from_a_checkpoint_on_s3_ends_with_the_same_panes(
+        two_workers, shared_dir, s3_bucket, spark_session, tmp_path):
+    """``--checkpoint_dir s3://...`` on an S3 server on loopback (moto): the driver killed
+    mid-stream, and started again on the same location, resumes from its checkpoint (state
+    rebuilt from the state files in the bucket, on whichever executor)."""
+    batches = 10
+    panes, report = shared_dir / "panes", shared_dir / "report.jsonl"
+    command = _job_command(two_workers, panes, f"s3://{s3_bucket.name}/checkpoints", report,
+                           batches, "--checkpoint_interval_batches", "2",
+                           *s3_bucket.options)
+    log_1, log_2 = tmp_path / "run-1.log", tmp_path / "run-2.log"
+    run_1 = start_driver(command, log_1)
+    try:
+        wait_for_batches(run_1, report, 9, log_1)
+    finally:
+        os.killpg(run_1.pid, signal.SIGKILL)  # the driver, its JVM and its Python
+        run_1.wait()
+    checkpoints = s3_bucket.keys("checkpoints/checkpoint-")
+    assert any(key.endswith("/MANIFEST.json") for key in checkpoints), checkpoints
+    assert s3_bucket.keys("checkpoints/state/"), "state files are in the bucket"
+    reported = len(report.read_text().splitlines())
+
+    run_2 = start_driver(command, log_2)
+    expected = _local_records(spark_session, tmp_path / "local", batches)
+    finish_driver(run_2, log_2)
+    resumed = _report(report)[reported]
+    assert resumed["batch"] >= 6, "run 2 resumed from run 1's checkpoint"
+    assert cluster_job.read_records(str(panes)) == expected
+
+
+#: The user's own project: a module of DoFns, its setup.py, and a pipeline that uses them.
+USER_SETUP = """from setuptools import setup
+setup(name="word-stats", version="0.1", py_modules=["word_stats"])
+"""
+USER_MODULE = '''import json, os
+import apache_beam as beam
+
+
+class WordLength(beam.DoFn):
+    """The user's DoFn: (first letter, length) of each word."""
+
+    def process(self, word):
+        yield word[0], len(word)
+
+
+class WriteTotal(beam.DoFn):
+    def __init__(self, directory):
+        self.directory = directory
+
+    def process(self, element):
+        with open(os.path.join(self.directory, element[0] + ".json"), "w") as file:
+            json.dump(element, file)
+'''
+USER_PIPELINE = '''import sys
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from runners.spark import SparkRunner
+import word_stats
+
+output, arguments = sys.argv[1], sys.argv[2:]
+words = ["apple", "avocado", "banana", "blueberry", "cherry"] * 20
+with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(arguments)) as pipeline:
+    _ = (pipeline | beam.Create(words) | beam.ParDo(word_stats.WordLength())
+         | beam.CombinePerKey(sum) | beam.ParDo(word_stats.WriteTotal(output)))
+print("JOB DONE")
+'''
+
+
+def _python_without_the_project(directory: Path) -> str:
+    """A virtualenv whose Python has the project's third-party dependencies (the test
+    environment's site-packages, as a path) but not the project (its editable install is a
+    .pth file there, which a path entry does not run)."""
+    import subprocess
+    import sysconfig
+
+    subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(directory)], check=True,
+                   timeout=120)
+    python = str(directory / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]  # this test's environment (the project's venv)
+    Path(purelib, "project-dependencies.pth").write_text(ours + "\n")
+    return python
+
+
+def test_executors_without_the_project_run_a_pipeline_of_the_users_own_module(
+        two_workers, shared_dir, tmp_path):
+    """The executors' Python has Beam, PySpark and the rest, but neither this project nor
+    the user's module: the runner ships its own packages, and Beam's ``--setup_file``
+    brings the user's package (built, installed offline into the job's site, shipped)."""
+    import subprocess
+
+    executor_python = _python_without_the_project(shared_dir / "executor-venv")
+    probe = subprocess.run([executor_python, "-c", "import apache_beam, pyspark, lmdb\n"
+                            "try:\n    import runners\nexcept ImportError:\n    print('NO')"],
+                           capture_output=True, text=True, timeout=120, cwd=shared_dir,
+                           env={key: value for key, value in os.environ.items()
+                                if key != "PYTHONPATH"})
+    assert probe.stdout.strip() == "NO", probe.stdout + probe.stderr  # Beam yes, project no
+    user = shared_dir / "user-project"
+    user.mkdir()
+    (user / "setup.py").write_text(USER_SETUP)
+    (user / "word_stats.py").write_text(USER_MODULE)
+    (user / "pipeline.py").write_text(USER_PIPELINE)
+    output = shared_dir / "totals"
+    output.mkdir()
+    log = tmp_path / "driver.log"
+    driver = subprocess.Popen(
+        [PYTHON, "pipeline.py", str(output), "--setup_file", str(user / "setup.py"),
+         *two_workers.runner_options(), f"--spark_conf=spark.pyspark.python={executor_python}"],
+        cwd=user, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)))
+    text = finish_driver(driver, log)
+
+    assert "JOB DONE" in text
+    totals = {path.stem: json.loads(path.read_text())[1] for path in output.iterdir()}
+    assert totals == {"a": 20 * (5 + 7), "b": 20 * (6 + 9), "c": 20 * 6}
+
+
+def test_a_lost_worker_under_an_exactly_once_kafka_job_leaves_the_committed_output_whole(
+        two_workers, shared_dir, kafka, kafka_broker_kind, tmp_path):
+    """Kafka -> team_scores -> Kafka with the transactional sink: a worker lost mid-stream
+    (its bundles' open transactions die with it, their tasks run again on the other
+    executor) leaves a read-committed output equal to an uninterrupted run's."""
+    if kafka_broker_kind != "noida":
+        pytest.skip(f"{kafka_broker_kind} does not isolate aborted transactions (WriteToKafka "
+                    "refuses --exactly_once there: tests/kafka/test_kafka_write.py)")
+    source = kafka.create_topic(partitions=PARTITIONS)
+    kafka.produce(source, game_records(recent_base_seconds(), PARTITIONS, PER_PARTITION))
+    reference_topic, output = kafka.create_topic(), kafka.create_topic()
+    reference_log, log = tmp_path / "reference.log", tmp_path / "cluster.log"
+    report = shared_dir / "report.jsonl"
+    reference = start_job(team_scores_command(kafka, source, reference_topic,
+                                              tmp_path / "reference", True), reference_log)
+    # The same job on the cluster (a later --spark_parallelism wins: both executors work).
+    driver = start_driver(team_scores_command(kafka, source, output, shared_dir / "checkpoints",
+                                              True)
+                          + ["--streaming_report", str(report), "--spark_parallelism", "2",
+                             *two_workers.runner_options()], log)
+    try:
+        wait_for_batches(driver, report, 3, log)
+        two_workers.kill_worker(1)
+        finish_driver(driver, log)
+        finish_job(reference, reference_log)
+    finally:
+        for job in (reference, driver):
+            kill_job(job)
+        two_workers.start_worker(1)
+
+    expected = topic_panes(kafka.bootstrap_servers, reference_topic, committed_only=True)
+    assert {json.loads(pane)["pane"]["timing"] for pane in expected} == {"ON_TIME", "LATE"}
+    assert topic_panes(kafka.bootstrap_servers, output, committed_only=True) == expected
