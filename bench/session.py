@@ -16,7 +16,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Set
+from typing import Any, Dict, Optional, Set
 
 #: PySpark worker daemon module of the SparkRunner (pre-imports Beam before forking).
 WORKER_DAEMON = "runners.spark.daemon"
@@ -39,8 +39,10 @@ def _has_module(name: str) -> bool:
         return False
 
 
-def bench_session(master: str = "local[2]", parallelism: int = 2) -> Any:
-    """A SparkSession on ``master`` (reused if one is already active), quiet and loopback-bound.
+def bench_session(master: str = "local[2]", parallelism: int = 2,
+                  settings: Optional[Dict[str, str]] = None) -> Any:
+    """A SparkSession on ``master`` (reused if one is already active), quiet and loopback-bound;
+    ``settings``: more Spark settings (e.g. a cluster's driver settings).
 
     >>> session = bench_session("local[2]")  # doctest: +SKIP
     """
@@ -57,6 +59,8 @@ def bench_session(master: str = "local[2]", parallelism: int = 2) -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     )
+    for key, value in (settings or {}).items():
+        builder = builder.config(key, value)
     if _has_module(WORKER_DAEMON):
         # What the SparkRunner sets on sessions it creates: Python workers fork from a daemon
         # that has imported Beam, instead of each worker importing it (seconds) on first use.

@@ -1,17 +1,22 @@
 """``python -m bench.streaming``: the streaming SparkRunner against Spark Structured Streaming.
 
-Three measurements in one run, on one SparkSession (``local[2]`` by default), each engine
+Four measurements in one run, on one SparkSession (``local[2]`` by default), each engine
 on the same events (:mod:`bench.streaming_workloads`), each engine's final panes checked
 against a plain Python reference (a difference fails the run):
 
 1. **latency**: the keyed windowed sum with early and late firings (20 keys, 60 s windows,
    a pane every batch for open windows, late data) at 10k events a batch: p50 and p95 batch
-   time of each engine, and their ratio;
+   time of each engine, and their ratio; ours once more with ``--checkpoint_dir`` (keyed
+   state durable at every batch, as Spark's query commits its RocksDB changelog every
+   batch);
 2. **throughput**: the same job at 100k events a batch: events per second;
 3. **state scaling**: a new key per event, 10k events a batch, for 100 batches: state grows
    from 10k to 1M keys; the batch time along the way (a curve, and a PNG), the p50 of the
    first and of the last ten batches and their ratio, and the memory of the driver, the JVM
-   and the Python workers at the end.
+   and the Python workers at the end;
+4. **cluster**: the latency workload, durable, on a Spark standalone cluster of
+   ``--cluster-workers`` 1-core workers started here (each with its own disk where the
+   machine allows: :mod:`services.cluster`), printed beside ``local[2]``.
 
 Beam runs on the SparkRunner's streaming loop (:mod:`bench.streaming_beam`, a synthetic
 unbounded source); Spark Structured Streaming runs its own DataFrame query over the same
@@ -41,7 +46,9 @@ from bench import streaming_workloads as workloads
 from bench.report import percentile
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MEASUREMENTS = ("latency", "throughput", "scaling")
+MEASUREMENTS = ("latency", "throughput", "scaling", "cluster")
+#: Storage a cluster's workers share (each has a private /tmp when isolated).
+CLUSTER_SHARED_ROOT = "/var/tmp"
 
 
 def windowed_sum_batches(seed: int, events_per_batch: int, batches: int):
@@ -83,24 +90,95 @@ def _native(run: Dict[str, Any], events_per_batch: int) -> Dict[str, Any]:
 
 
 def measure_windowed_sum(session: Any, arguments: argparse.Namespace, events_per_batch: int,
-                         batches: int) -> Dict[str, Any]:
-    """The windowed sum on both engines at ``events_per_batch``."""
-    ours = streaming_beam.run(session, streaming_beam.windowed_sum, arguments.master,
-                              arguments.parallelism, arguments.shards, events_per_batch,
-                              batches, arguments.seed)
-    expected = workloads.windowed_sum_reference(arguments.seed, ours["events"])
+                         batches: int, durable: bool = False) -> Dict[str, Any]:
+    """The windowed sum on both engines at ``events_per_batch``; with ``durable``, ours also
+    with ``--checkpoint_dir`` (state files written at every batch). On a cluster master ours
+    runs durable only (a cluster refuses keyed state without a checkpoint location)."""
+    from runners.spark.options import is_local_master
+
+    record: Dict[str, Any] = {"events_per_batch": events_per_batch}
+    expected = None
+    if is_local_master(arguments.master):
+        ours = streaming_beam.run(session, streaming_beam.windowed_sum, arguments.master,
+                                  arguments.parallelism, arguments.shards, events_per_batch,
+                                  batches, arguments.seed, panes_dir=_scratch(arguments, "panes"))
+        expected = workloads.windowed_sum_reference(arguments.seed, ours["events"])
+        record.update(events=ours["events"], windows=len(expected),
+                      beam_spark_runner=_ours(ours, batches))
+        record["beam_spark_runner"]["agrees"] = ours["panes"] == expected
+    if durable:
+        with tempfile.TemporaryDirectory(prefix="bench-durable-",
+                                         dir=arguments.shared_dir) as checkpoints:
+            kept = streaming_beam.run(
+                session, streaming_beam.windowed_sum, arguments.master, arguments.parallelism,
+                arguments.shards, events_per_batch, batches, arguments.seed,
+                checkpoint_dir=checkpoints, panes_dir=_scratch(arguments, "durable-panes"))
+            state_files = _directory_bytes(os.path.join(checkpoints, "state"))
+        if expected is None:
+            expected = workloads.windowed_sum_reference(arguments.seed, kept["events"])
+            record.update(events=kept["events"], windows=len(expected))
+        record["beam_spark_runner_durable"] = _ours(kept, batches)
+        record["beam_spark_runner_durable"]["agrees"] = kept["panes"] == expected
+        record["beam_spark_runner_durable"]["state_files_bytes"] = state_files
+        if "beam_spark_runner" in record:
+            record["durable_over_plain_p50"] = round(
+                record["beam_spark_runner_durable"]["batch_millis_p50"]
+                / record["beam_spark_runner"]["batch_millis_p50"], 2)
+    if arguments.beam_only:
+        return record
     native = streaming_native.run(
         session, windowed_sum_batches(arguments.seed, events_per_batch, batches),
         workloads.WINDOW_SECONDS, workloads.ALLOWED_LATENESS + workloads.DISORDER_SECONDS,
         arguments.parallelism)
-    record = {"events_per_batch": events_per_batch, "events": ours["events"],
-              "windows": len(expected), "beam_spark_runner": _ours(ours, batches),
-              "spark_structured_streaming": _native(native, events_per_batch)}
-    record["beam_spark_runner"]["agrees"] = ours["panes"] == expected
+    record["spark_structured_streaming"] = _native(native, events_per_batch)
     record["spark_structured_streaming"]["agrees"] = native["latest"] == expected
-    record["p50_ratio"] = round(record["beam_spark_runner"]["batch_millis_p50"]
-                                / record["spark_structured_streaming"]["batch_millis_p50"], 2)
+    native_p50 = record["spark_structured_streaming"]["batch_millis_p50"]
+    record["p50_ratio"] = round(record["beam_spark_runner"]["batch_millis_p50"] / native_p50, 2)
+    if durable:
+        record["durable_over_native_p50"] = round(
+            record["beam_spark_runner_durable"]["batch_millis_p50"] / native_p50, 2)
     return record
+
+
+def _scratch(arguments: argparse.Namespace, name: str) -> Optional[str]:
+    """A fresh directory for panes on the shared storage of a cluster run (None: the
+    benchmark's own temporary directory)."""
+    if not arguments.shared_dir:
+        return None
+    return tempfile.mkdtemp(prefix=f"{name}-", dir=arguments.shared_dir)
+
+
+def measure_on_cluster(arguments: argparse.Namespace) -> Dict[str, Any]:
+    """The latency workload (durable) on a standalone cluster started for it: a driver
+    process of its own (this one holds the local session) runs ``--only latency`` there."""
+    import shutil
+    import subprocess
+
+    from services.cluster import StandaloneCluster, isolation_available
+
+    shared = tempfile.mkdtemp(prefix="bench-cluster-", dir=CLUSTER_SHARED_ROOT)
+    try:
+        cluster = StandaloneCluster(state_dir=os.path.join(shared, "cluster"),
+                                    workers=arguments.cluster_workers, worker_cores=1,
+                                    isolated=isolation_available())
+        with cluster:
+            output = os.path.join(shared, "record.json")
+            settings = cluster.driver_conf()
+            command = [sys.executable, "-m", "bench.streaming", "--only", "latency",
+                       "--beam-only", "--master", settings.pop("spark.master"),
+                       "--parallelism", str(arguments.parallelism),
+                       "--events-per-batch", str(arguments.events_per_batch),
+                       "--latency-batches", str(arguments.latency_batches),
+                       "--shards", str(arguments.shards), "--seed", str(arguments.seed),
+                       "--shared-dir", shared, "--record", output,
+                       *[f"--conf={key}={value}" for key, value in settings.items()]]
+            subprocess.run(command, check=True, cwd=str(Path(__file__).resolve().parent.parent))
+            with open(output, encoding="utf-8") as record:
+                measured = json.load(record)["latency"]
+        measured.update(workers=arguments.cluster_workers, isolated=cluster.isolated)
+        return measured
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def measure_scaling(session: Any, arguments: argparse.Namespace) -> Dict[str, Any]:
@@ -202,28 +280,36 @@ def plot_scaling(record: Dict[str, Any], path: Path) -> Optional[Path]:
 def run(arguments: argparse.Namespace) -> Dict[str, Any]:
     from bench.session import bench_session
 
-    session = bench_session(arguments.master, arguments.parallelism)
     record: Dict[str, Any] = {"master": arguments.master, "parallelism": arguments.parallelism,
                               "cpus": os.cpu_count()}
+    if arguments.only == ["cluster"]:
+        record["cluster"] = measure_on_cluster(arguments)
+        record["load_average_1min"] = round(os.getloadavg()[0], 2)
+        return record
+    session = bench_session(arguments.master, arguments.parallelism, arguments.conf)
     if "latency" in arguments.only:
         record["latency"] = measure_windowed_sum(session, arguments, arguments.events_per_batch,
-                                                 arguments.latency_batches)
+                                                 arguments.latency_batches, durable=True)
     if "throughput" in arguments.only:
         record["throughput"] = measure_windowed_sum(
             session, arguments, arguments.throughput_events_per_batch,
             arguments.throughput_batches)
     if "scaling" in arguments.only:
         record["scaling"] = measure_scaling(session, arguments)
+    if "cluster" in arguments.only:
+        session.stop()  # the cluster's driver runs beside: this one's workers would compete
+        record["cluster"] = measure_on_cluster(arguments)
     record["load_average_1min"] = round(os.getloadavg()[0], 2)
     return record
 
 
 def agrees(record: Dict[str, Any]) -> bool:
     checks = []
-    for name in ("latency", "throughput"):
-        if name in record:
-            checks += [record[name]["beam_spark_runner"]["agrees"],
-                       record[name]["spark_structured_streaming"]["agrees"]]
+    for name in ("latency", "throughput", "cluster"):
+        for engine in ("beam_spark_runner", "beam_spark_runner_durable",
+                       "spark_structured_streaming"):
+            if engine in record.get(name, {}):
+                checks.append(record[name][engine]["agrees"])
     if "scaling" in record:
         checks += [record["scaling"]["beam_agrees"], record["scaling"]["native_agrees"]]
     return all(checks)
@@ -242,10 +328,20 @@ def print_record(record: Dict[str, Any]) -> None:
         print(f"  {'Beam on our SparkRunner':38s} {ours['batch_millis_p50']:8.0f} "
               f"{ours['batch_millis_p95']:8.0f} {ours['events_per_second']:10,.0f} "
               f"{ours['spark_jobs_per_batch']:10.2f} {_ok(ours['agrees']):>7s}")
-        print(f"  {'Spark Structured Streaming':38s} {native['batch_millis_p50']:8.0f} "
+        if "beam_spark_runner_durable" in entry:
+            durable = entry["beam_spark_runner_durable"]
+            print(f"  {'  the same, state durable every batch':38s} "
+                  f"{durable['batch_millis_p50']:8.0f} {durable['batch_millis_p95']:8.0f} "
+                  f"{durable['events_per_second']:10,.0f} "
+                  f"{durable['spark_jobs_per_batch']:10.2f} {_ok(durable['agrees']):>7s}")
+        print(f"  {'Spark Structured Streaming (RocksDB)':38s} {native['batch_millis_p50']:8.0f} "
               f"{native['batch_millis_p95']:8.0f} {native['events_per_second']:10,.0f} "
               f"{'':10s} {_ok(native['agrees']):>7s}")
         print(f"  p50 ratio (ours / Spark's): {entry['p50_ratio']}")
+        if "durable_over_plain_p50" in entry:
+            print(f"  durable state: p50 x{entry['durable_over_plain_p50']} ours without it, "
+                  f"x{entry['durable_over_native_p50']} Spark's; state files "
+                  f"{entry['beam_spark_runner_durable']['state_files_bytes'] / 1e6:.1f} MB")
     if "scaling" in record:
         entry = record["scaling"]
         print(f"\nstate scaling: a new key per event, {entry['events_per_batch']:,} events a "
@@ -274,6 +370,19 @@ def print_record(record: Dict[str, Any]) -> None:
         print(f"  resumed from the checkpoint in a new driver: batches "
               f"{entry['resumed_millis']} ms, keys held {entry['resumed_keys']}")
         print(f"  panes: ours {_ok(entry['beam_agrees'])}, Spark {_ok(entry['native_agrees'])}")
+    if "cluster" in record:
+        entry = record["cluster"]
+        print(f"\ncluster: the latency workload on {entry['workers']} 1-core workers"
+              f"{' with a disk each' if entry['isolated'] else ''}, state durable every batch")
+        print(f"  {'':38s} {'p50 ms':>8s} {'p95 ms':>8s} {'events/s':>10s} {'panes':>7s}")
+        rows = [("cluster, durable", entry["beam_spark_runner_durable"])]
+        if "latency" in record:
+            rows += [("local[2], plain", record["latency"]["beam_spark_runner"]),
+                     ("local[2], durable", record["latency"]["beam_spark_runner_durable"])]
+        for label, figures in rows:
+            print(f"  {label:38s} {figures['batch_millis_p50']:8.0f} "
+                  f"{figures['batch_millis_p95']:8.0f} {figures['events_per_second']:10,.0f} "
+                  f"{_ok(figures['agrees']):>7s}")
     print(f"\nload average {record['load_average_1min']} on {record['cpus']} cpus")
 
 
@@ -300,7 +409,21 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--cluster-workers", type=int, default=2,
+                        help="cluster: 1-core workers of the standalone cluster (2)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting of the benchmark's session; repeatable")
+    parser.add_argument("--beam-only", action="store_true",
+                        help="measure our runner only (the cluster measurement's driver)")
+    parser.add_argument("--shared-dir", default=None,
+                        help="panes and checkpoints here (storage a cluster's workers share)")
+    parser.add_argument("--record", type=Path, default=None,
+                        help="write the record here as JSON, not to --results-dir")
     arguments = parser.parse_args(argv)
+    try:
+        arguments.conf = dict(entry.split("=", 1) for entry in arguments.conf)
+    except ValueError:
+        parser.error("--conf: give KEY=VALUE")
     arguments.only = [name.strip() for name in arguments.only.split(",") if name.strip()]
     unknown = set(arguments.only) - set(MEASUREMENTS)
     if unknown:
@@ -314,6 +437,9 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     arguments = parse_arguments(argv)
     record = run(arguments)
+    if arguments.record is not None:  # a driver run for the cluster measurement
+        arguments.record.write_text(json.dumps(record, sort_keys=True))
+        return 0 if agrees(record) else 1
     arguments.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if "scaling" in record:
