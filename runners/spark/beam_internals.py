@@ -240,6 +240,38 @@ def _sample_execution_state_more_often() -> None:
 _sample_execution_state_more_often()
 
 
+def unlift_combines_output_at_earliest(stages: Any, context: Any) -> Any:
+    """A streaming phase before ``lift_combiners``: a CombinePerKey whose input is windowed
+    with ``OUTPUT_AT_EARLIEST`` runs as its GroupByKey and combining step, unlifted.
+
+    An element behind a GroupByKey's output watermark sets no watermark hold at its own
+    timestamp (Beam's ``GeneralTriggerDriver``, Java's ``WatermarkHold``). A lifted combine
+    merges the timestamps of a bundle's elements before the shuffle, taking the earliest,
+    late ones included: the GroupByKey then sees one accumulator behind the watermark and
+    the pane falls back to the window's end. (``OUTPUT_AT_LATEST`` keeps the latest, which
+    is behind the watermark only when all of its elements were: lifting stays correct.)
+    """
+    components = context.components
+    for stage in stages:
+        transform = stage.transforms[0] if len(stage.transforms) == 1 else None
+        if (transform is not None
+                and transform.spec.urn == common_urns.composites.COMBINE_PER_KEY.urn
+                and transform.subtransforms):
+            input_id = next(iter(transform.inputs.values()))
+            strategy = components.windowing_strategies[
+                components.pcollections[input_id].windowing_strategy_id]
+            if strategy.output_time == beam_runner_api_pb2.OutputTime.EARLIEST_IN_PANE:
+                for sub in transform.subtransforms:
+                    yield translations.Stage(
+                        components.transforms[sub].unique_name,
+                        [components.transforms[sub]],
+                        downstream_side_inputs=stage.downstream_side_inputs,
+                        must_follow=stage.must_follow, parent=stage.name,
+                        environment=stage.environment)
+                continue
+        yield stage
+
+
 #: FnApiRunner's fusion phases, in its order (see ``FnApiRunner.create_stages``), plus
 #: ``annotate_stateful_dofns_as_roots``: a stateful stage must start at a runner-visible
 #: input so the runner can partition that input by key before the stage runs.
@@ -260,6 +292,13 @@ FUSION_PHASES = (
     translations.setup_timer_mapping,
     translations.populate_data_channel_coders,
 )
+
+#: In streaming, combines with ``OUTPUT_AT_EARLIEST`` stay unlifted (see
+#: :func:`unlift_combines_output_at_earliest`).
+STREAMING_FUSION_PHASES = tuple(
+    phase for original in FUSION_PHASES
+    for phase in ((unlift_combines_output_at_earliest, original)
+                  if original is translations.lift_combiners else (original,)))
 
 #: Transforms the runner executes itself rather than in the SDK harness. RESHUFFLE here
 #: also makes ``expand_sdf`` redistribute split restrictions, so bounded sources spread

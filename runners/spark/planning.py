@@ -20,6 +20,7 @@ from runners.spark.beam_internals import (
     DATA_INPUT_URN,
     DATA_OUTPUT_URN,
     FUSION_PHASES,
+    STREAMING_FUSION_PHASES,
     IMPULSE_BUFFER,
     PAR_DO_URNS,
     RUNNER_URNS,
@@ -191,7 +192,7 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
         runner_urns = runner_urns - {common_urns.composites.RESHUFFLE.urn}
     context, stages = create_and_optimize_stages(
         copy.deepcopy(proto),
-        phases=list(FUSION_PHASES),
+        phases=list(STREAMING_FUSION_PHASES if streaming else FUSION_PHASES),
         known_runner_urns=frozenset(runner_urns),
         use_state_iterables=False,
         is_drain=False,

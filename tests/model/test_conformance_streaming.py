@@ -2,7 +2,8 @@
 tests write them, on every runner:
 
 * late panes of merged windows (sessions) are LATE, with their indices;
-* the output timestamp of data that arrives behind the watermark;
+* the output timestamp of data that arrives behind the watermark (a GroupByKey, and a
+  CombinePerKey a runner may lift);
 * processing-time timers of a stateful DoFn in the global window (``BatchElements`` with a
   maximum buffering duration, fed by a TestStream).
 """
@@ -97,24 +98,46 @@ def test_late_data_making_a_new_merged_session_fires_a_late_first_pane(make_pipe
              (PaneInfoTiming.LATE, 0, 0, True, False))]))
 
 
-def test_output_time_of_data_behind_the_watermark_is_not_held_behind_it(make_pipeline):
-    # With the watermark at 5, elements at 2 and 3 cannot hold the output at their own time:
-    # the earliest output time that is not behind the watermark is 7.
-    events = (test_stream.TestStream()
-              .advance_watermark_to(5)
-              .add_elements([window.TimestampedValue(("k", value), value)
-                             for value in (2, 3, 7, 8)])
-              .advance_watermark_to(11)
-              .advance_watermark_to_infinity())
+def _concatenated(values):
+    """A CombineFn's shape Beam's transcript tests use: every value, in one sorted list."""
+    return sorted(value for part in values
+                  for value in (part if isinstance(part, list) else [part]))
+
+
+#: The aggregations Beam's ``TestStreamTranscriptTest`` checks with one transcript: the
+#: GroupByKey itself, and a CombinePerKey (which a runner may lift before the shuffle).
+AGGREGATIONS = {"GroupByKey": beam.GroupByKey,
+                "CombinePerKey": lambda: beam.CombinePerKey(_concatenated)}
+
+
+@pytest.mark.parametrize("watermark_first, output_time", [(5, 7.0), (None, 2.0)],
+                         ids=["two-elements-behind-the-watermark", "none-behind"])
+@pytest.mark.parametrize("aggregation", sorted(AGGREGATIONS))
+def test_output_time_of_data_behind_the_watermark_is_not_held_behind_it(
+        make_pipeline, aggregation, watermark_first, output_time):
+    """Beam's trigger transcript ``known_late_data_watermark``, in the shape of Beam's
+    ``TestStreamTranscriptTest`` (two keys, each key's input a batch of its own; the
+    GroupByKey and a CombinePerKey checked alike): 10 s fixed windows, the default trigger,
+    ``OUTPUT_AT_EARLIEST``. With the watermark at 5, the elements at 2 and 3 are behind it and
+    set no hold at their own time: the earliest output time left is 7. With none behind the
+    watermark, the pane is at 2."""
+    events = test_stream.TestStream()
+    if watermark_first is not None:
+        events = events.advance_watermark_to(watermark_first)
+    for key in ("key1", "key2"):
+        events = events.add_elements([window.TimestampedValue((key, value), value)
+                                      for value in (2, 3, 7, 8)])
+    events = events.advance_watermark_to(11).advance_watermark_to_infinity()
     with make_pipeline(streaming=True) as pipeline:
         panes = (pipeline
                  | events
                  | beam.WindowInto(window.FixedWindows(10),
                                    timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST)
-                 | beam.GroupByKey()
+                 | AGGREGATIONS[aggregation]()
                  | beam.ParDo(DescribePane()))
         assert_that(panes, equal_to([
-            ("k", [2, 3, 7, 8], (0.0, 10.0), 7.0, (PaneInfoTiming.ON_TIME, 0, 0, True, False))]))
+            (key, [2, 3, 7, 8], (0.0, 10.0), output_time,
+             (PaneInfoTiming.ON_TIME, 0, 0, True, False)) for key in ("key1", "key2")]))
 
 
 class StoppedClock:
