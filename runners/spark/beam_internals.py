@@ -272,6 +272,33 @@ def unlift_combines_output_at_earliest(stages: Any, context: Any) -> Any:
         yield stage
 
 
+def annotate_side_input_readers_as_roots(stages: Any, context: Any) -> Any:
+    """A streaming phase before fusion: a ParDo with side inputs starts its stage.
+
+    In streaming a main element waits until its side inputs are ready for the side windows
+    its windows map to (:mod:`runners.spark.streaming.side_input_readiness`); the runner
+    checks that at the stage's input, where the element's windows must be the ones the
+    ParDo sees (a WindowInto fused before it would change them).
+    """
+    for stage in stages:
+        for transform in stage.transforms:
+            if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
+                payload = proto_utils.parse_Bytes(transform.spec.payload,
+                                                  beam_runner_api_pb2.ParDoPayload)
+                if payload.side_inputs:
+                    stage.forced_root = True
+        yield stage
+
+
+def window_mapping_fn(serialized: bytes) -> Any:
+    """The Python window mapping function of a side input (its serialized FunctionSpec),
+    or None for one this SDK does not read (another SDK's)."""
+    spec = beam_runner_api_pb2.FunctionSpec.FromString(serialized)
+    if spec.urn != python_urns.PICKLED_WINDOW_MAPPING_FN:
+        return None
+    return pickler.loads(spec.payload)
+
+
 #: FnApiRunner's fusion phases, in its order (see ``FnApiRunner.create_stages``), plus
 #: ``annotate_stateful_dofns_as_roots``: a stateful stage must start at a runner-visible
 #: input so the runner can partition that input by key before the stage runs.
@@ -294,11 +321,16 @@ FUSION_PHASES = (
 )
 
 #: In streaming, combines with ``OUTPUT_AT_EARLIEST`` stay unlifted (see
-#: :func:`unlift_combines_output_at_earliest`).
+#: :func:`unlift_combines_output_at_earliest`) and ParDos with side inputs start their
+#: stages (:func:`annotate_side_input_readers_as_roots`).
+_STREAMING_BEFORE = {
+    translations.lift_combiners: unlift_combines_output_at_earliest,
+    translations.annotate_stateful_dofns_as_roots: annotate_side_input_readers_as_roots,
+}
 STREAMING_FUSION_PHASES = tuple(
     phase for original in FUSION_PHASES
-    for phase in ((unlift_combines_output_at_earliest, original)
-                  if original is translations.lift_combiners else (original,)))
+    for phase in ((_STREAMING_BEFORE[original], original) if original in _STREAMING_BEFORE
+                  else (original,)))
 
 #: Transforms the runner executes itself rather than in the SDK harness. RESHUFFLE here
 #: also makes ``expand_sdf`` redistribute split restrictions, so bounded sources spread

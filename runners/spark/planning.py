@@ -68,6 +68,8 @@ class SideInputSpec:
     buffer_id: bytes
     access_pattern: bytes  # serialized FunctionSpec
     coder_id: str  # safe windowed coder of the side input's elements
+    #: serialized FunctionSpec: a main input window -> the side input window it reads
+    window_mapping: bytes = b""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,5 +387,6 @@ class _PlanBuilder:
                         create_buffer_id(pcollection_id),
                         side_input.access_pattern.SerializeToString(),
                         self.safe_coder(pcollection_id),
+                        side_input.window_mapping_fn.SerializeToString(),
                     ))
         return tuple(side_inputs)

@@ -10,7 +10,9 @@ Spark moves Python objects between stages; the runner's are these, and nothing e
   shuffle moves a few large records rather than one per element.
 * *Reports* for the driver (streaming), carried along with the data to the one Spark job of
   the micro-batch: :class:`StepReport` (a keyed step's partition after the batch),
-  :class:`Residual` (a splittable DoFn's deferred restriction) and :class:`SplittableReport`.
+  :class:`Residual` (a splittable DoFn's deferred restriction), :class:`SplittableReport`,
+  :class:`HeldElements` (main elements waiting for their side inputs) and
+  :class:`SideInputChunk`.
   A stage forwards the reports it receives, untouched, to whatever reads it.
 
 >>> record = Elements(0, b"encoded")
@@ -86,6 +88,20 @@ class SplittableReport(NamedTuple):
     elements: int
 
 
+class HeldElements(NamedTuple):
+    """Main-input elements of a stage whose side inputs are not ready for their windows
+    (streaming), for the driver to hold until they are: encoded on their input ``port``,
+    with the side-input watermark each side input must reach (``ready_at``, micros, one per
+    side input) and the earliest of their timestamps (micros: it holds the watermark)."""
+
+    stage: int
+    port: int
+    ready_at: Tuple[int, ...]
+    timestamp: int
+    data: bytes
+    count: int  # elements in ``data``
+
+
 class SideInputChunk(NamedTuple):
     """Encoded elements a side-input buffer received in a micro-batch whose readers did not
     run: the driver keeps them for later batches."""
@@ -95,7 +111,7 @@ class SideInputChunk(NamedTuple):
 
 
 #: Every report type (what a stage forwards without looking inside).
-REPORT_TYPES = (StepReport, Residual, SplittableReport, SideInputChunk)
+REPORT_TYPES = (StepReport, Residual, SplittableReport, HeldElements, SideInputChunk)
 
 
 def is_report(record: Any) -> bool:

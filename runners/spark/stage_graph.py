@@ -176,6 +176,11 @@ class StageGraph:
         task = self.context.stage_task(stage, self.side_input_table(stage))
         return records.mapPartitions(functools.partial(process_partition, task))
 
+    def stage_input(self, stage: StageSpec, records: Any) -> Any:
+        """A stage's input records as the stage receives them (streaming holds main
+        elements whose side inputs are not ready)."""
+        return records
+
     def side_buffers_to_keep(self) -> List[bytes]:
         """Side-input buffers whose data a pass must hand to the driver even when no reader
         runs in it (streaming keeps them for later batches; batch runs every reader)."""
@@ -290,7 +295,7 @@ class StageGraph:
         self._outputs, self._carriers, self._side_chunks = {}, {}, {}
 
     def _stage(self, stage: StageSpec) -> Any:
-        records = self._input(stage)
+        records = self.stage_input(stage, self._input(stage))
         if stage.kind == RESHUFFLE_STAGE:
             spec = stage.inputs[0]
             return shuffle.reshuffle(records, spec.coder_id, stage.output_coder_id or spec.coder_id,

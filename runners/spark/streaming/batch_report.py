@@ -34,7 +34,8 @@ stable format, for live progress and plots; later fields may be added, none remo
      "stores_loaded": {"Sum/GroupByKey": 0},     # per keyed step: key partitions whose store
                                  # was rebuilt from the checkpoint location (a task that ran
                                  # on another executor than the store's, or a new executor)
-     "side_input_elements": {"Rates/Map": 12}}   # per side input (its PCollection): kept
+     "side_input_elements": {"Rates/Map": 12},   # per side input (its PCollection): kept
+     "held_for_side_inputs": 0}  # main elements waiting for their side inputs to be ready
 
 Steps are keyed steps (GroupByKey and stateful stages, by transform name) and splittable
 DoFns (by transform name). Watermarks are seconds since the epoch, ``null`` at the
@@ -106,7 +107,8 @@ class BatchReporter:
                  "state_bytes": {step.name: step.state_bytes for step in steps},
                  "touched_keys": {step.name: step.touched for step in steps},
                  "stores_loaded": {step.name: step.loaded for step in steps},
-                 "side_input_elements": state.side_input_sizes()}
+                 "side_input_elements": state.side_input_sizes(),
+                 "held_for_side_inputs": state.held.count()}
         self.history.append(entry)
         if self.report_path:
             with open(self.report_path, "a", encoding="utf-8") as report:

@@ -16,7 +16,7 @@ holding as plain data (bytes, numbers, strings, lists, dicts; no pickled objects
 runs when one is read): the batch index and the loop's clock; each source's position (a
 TestStream's next event and its output watermarks); each keyed step's watermarks, hold,
 wakes and store version; every stage's output watermark; the side inputs' kept elements;
-the splittable DoFns' carried residuals.
+the main elements held for their side inputs; the splittable DoFns' carried residuals.
 
 Layout of ``DIR``::
 
@@ -273,6 +273,7 @@ class Checkpoints:
             steps[name].restore(snapshot)
         state.watermarks.restore(data["watermarks"])
         state.side_inputs.restore(data["side_inputs"])
+        state.held.restore(data["held"], {stage.name: stage.index for stage in self.plan.stages})
         state.residuals.restore(_reindexed_residuals(
             data["residuals"], data["stage_names"],
             {stage.name: stage.index for stage in self.plan.stages}))
@@ -372,6 +373,8 @@ class Checkpoints:
                     "sources": [source.snapshot() for source in sources], "steps": steps,
                     "watermarks": state.watermarks.snapshot(),
                     "side_inputs": state.side_inputs.snapshot(),
+                    "held": state.held.snapshot({stage.index: stage.name
+                                                 for stage in self.plan.stages}),
                     "residuals": state.residuals.snapshot(),
                     "stage_names": {stage.index: stage.name for stage in self.plan.stages}}
         data = pickle.dumps(snapshot, protocol=5)

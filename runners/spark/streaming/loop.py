@@ -231,14 +231,15 @@ class StreamingExecution:
                                    "steps kept becoming due as watermarks moved")
 
     def _moved_into_due(self, clock: float) -> bool:
-        """A keyed step whose input watermark the last round moved has something due."""
+        """A keyed step whose input watermark the last round moved has something due, or
+        main elements held for their side inputs became ready."""
         state = self.state
         clock_micros = processing_micros(clock)
         for key, step in state.steps.items():
             moved = state.step_input(key)
             if moved > step.input_watermark and step.is_due(moved, clock_micros):
                 return True
-        return False
+        return any(state.releasable(stage) for stage in self.plan.stages)
 
     def release(self) -> None:
         if self._planned is not None:

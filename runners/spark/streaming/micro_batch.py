@@ -24,20 +24,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
 from runners.spark import shuffle
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
 from runners.spark.planning import TEST_STREAM_STAGE, GroupSpec, StageSpec
-from runners.spark.records import Elements, SideInputChunk, StepReport
+from runners.spark.records import Elements, HeldElements, SideInputChunk, StepReport
 from runners.spark.stage_graph import RunContext, StageGraph
 from runners.spark.streaming.grouping import process_group_partition
 from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch, StepDurability
 from runners.spark.streaming.keyed_step import KeyedStep
 from runners.spark.streaming.placement import StatePlacement
 from runners.spark.streaming.side_input_history import SideInputHistory
+from runners.spark.streaming.side_input_readiness import (
+    HeldElementsStore,
+    ReadinessCheck,
+    all_done,
+    side_input_watermarks,
+    split_ready,
+)
 from runners.spark.streaming.state import processing_micros
 from runners.spark.streaming.state_store import step_directory_name
 from runners.spark.streaming.stateful import process_stateful_partition
@@ -60,6 +67,7 @@ class StreamingState:
     watermarks: Watermarks
     side_inputs: SideInputHistory
     placement: StatePlacement
+    held: HeldElementsStore  # main elements waiting for their side inputs
     round_number: int = 0  # rounds run so far: the next round's store version
 
     @classmethod
@@ -78,9 +86,10 @@ class StreamingState:
             if buffer_id not in steps:
                 steps[buffer_id] = KeyedStep(group.transform_name, holds=True)
         residuals = CarriedResiduals(context.spark_context, context.parallelism)
+        held = HeldElementsStore()
         return cls(plan, run, storage, state_directory, steps, residuals,
-                   Watermarks(plan, steps, residuals), SideInputHistory(),
-                   StatePlacement(context.spark_context, context.parallelism))
+                   Watermarks(plan, steps, residuals, held), SideInputHistory(),
+                   StatePlacement(context.spark_context, context.parallelism), held)
 
     def step_input(self, key: Any) -> Timestamp:
         if isinstance(key, bytes):
@@ -104,9 +113,20 @@ class StreamingState:
             self.side_inputs.expire(buffer_id, self.side_input_readers_watermark(buffer_id).micros)
 
     def side_input_readers_watermark(self, buffer_id: bytes) -> Timestamp:
+        """The earliest main input any reader of the side input may still process: its
+        input watermark, or a main element it holds for its side inputs."""
         return min((self.watermarks.stage_input(stage) for stage in self.plan.stages
                     if any(spec.buffer_id == buffer_id for spec in stage.side_inputs)),
                    default=MIN_TIMESTAMP)
+
+    def side_watermarks(self, stage: StageSpec) -> Tuple[int, ...]:
+        """Each side input's watermark of ``stage`` now (micros)."""
+        return side_input_watermarks(stage, self.watermarks.buffer)
+
+    def releasable(self, stage: StageSpec) -> bool:
+        """Held main elements of ``stage`` whose side inputs are ready now."""
+        return (bool(stage.side_inputs) and self.held.holds(stage.index)
+                and self.held.releasable(stage.index, self.side_watermarks(stage)))
 
     def side_input_sizes(self) -> Dict[str, int]:
         """Side-input elements kept, per side input (its PCollection's name)."""
@@ -137,6 +157,7 @@ class RoundGraph(StageGraph):
         self.round = round_
         self.clock_micros = processing_micros(round_.clock)
         self.ran: Dict[Any, KeyedStep] = {}
+        self._released: set = set()  # stages whose held main elements this round releases
         # Fewer, fuller tasks would merge key partitions and lose their placement.
         self.coalesce_terminals = not state.placement.enabled
         self._side_collected: set = set()
@@ -192,15 +213,36 @@ class RoundGraph(StageGraph):
             process_group_partition, spec, self.components, batch))
 
     def stage_runs(self, stage: StageSpec, input_live: bool) -> bool:
+        input_live = input_live or self.state.releasable(stage)
         if stage.keyed:
             return self._step_runs(stage.index, input_live)
         if self.state.residuals.reads(stage):
             return input_live or self.state.residuals.has_due(stage, self.round.clock)
         return input_live
 
+    def stage_input(self, stage: StageSpec, records: Any) -> Any:
+        """Main elements whose side inputs are not ready for their windows are held (they
+        leave as reports); those held earlier and ready now join the input."""
+        if not stage.side_inputs or self.state.residuals.reads(stage):
+            return records
+        side_watermarks = self.state.side_watermarks(stage)
+        released = self.state.held.take(stage.index, side_watermarks)
+        if released:
+            self._released.add(stage.index)
+            chunks = [Elements(port, chunk) for port, port_chunks in sorted(released.items())
+                      for chunk in port_chunks]
+            records = self.sc.union([records, self.sc.parallelize(chunks, 1)])
+        if all_done(side_watermarks):
+            return records
+        return records.mapPartitions(functools.partial(
+            split_ready, ReadinessCheck.of(stage, side_watermarks), self.components))
+
+    def _input_is_live(self, stage: StageSpec) -> bool:
+        return (any(spec.buffer_id in self.pass_plan.live or spec.buffer_id in self.pass_plan.groups
+                    for spec in stage.inputs) or stage.index in self._released)
+
     def keyed_stage_rdd(self, stage: StageSpec, records: Any) -> Any:
-        live = any(spec.buffer_id in self.pass_plan.live or spec.buffer_id in self.pass_plan.groups
-                   for spec in stage.inputs)
+        live = self._input_is_live(stage)
         keyed = self._keyed_input(records, [spec.coder_id for spec in stage.inputs], live,
                                   stage.key_prefixed)
         task = self.context.stage_task(stage, self.side_input_table(stage))
@@ -212,9 +254,8 @@ class RoundGraph(StageGraph):
         if not self.state.residuals.reads(stage):
             return super().stage_rdd(stage, records)
         task = self.context.stage_task(stage, self.side_input_table(stage))
-        live = any(spec.buffer_id in self.pass_plan.live or spec.buffer_id in self.pass_plan.groups
-                   for spec in stage.inputs)
-        return self.state.residuals.stage_rdd(stage, task, records, live, self.round.clock)
+        return self.state.residuals.stage_rdd(stage, task, records, self._input_is_live(stage),
+                                              self.round.clock)
 
     # ----- side inputs
     def side_buffers_to_keep(self) -> List[bytes]:
@@ -231,7 +272,7 @@ class RoundGraph(StageGraph):
 
     def side_input_chunks(self, stage: StageSpec) -> Dict[bytes, List[bytes]]:
         """What each side input received so far: this round's new chunks are collected (one
-        job) into the history, whose expired elements are dropped first."""
+        job) into the history."""
         wanted = [spec.buffer_id for spec in stage.side_inputs]
         fresh = [buffer_id for buffer_id in wanted
                  if buffer_id in self.pass_plan.live and buffer_id not in self._side_collected]
@@ -242,7 +283,8 @@ class RoundGraph(StageGraph):
                     spec.buffer_id, collected.pop(spec.buffer_id), self.components,
                     spec.coder_id, side_input_lateness(self.plan, spec.buffer_id))
                 self._side_collected.add(spec.buffer_id)
-        self.state.expire_side_inputs()
+        # Expired elements are dropped between rounds (the loop): main elements this round
+        # releases may still read them.
         return {buffer_id: self.state.side_inputs.chunks(buffer_id) for buffer_id in wanted}
 
     # ----- after the job
@@ -262,7 +304,9 @@ class RoundGraph(StageGraph):
         self.state.residuals.apply(reports)
         specs = {spec.buffer_id: spec for stage in self.plan.stages for spec in stage.side_inputs}
         for report in reports:
-            if isinstance(report, SideInputChunk):
+            if isinstance(report, HeldElements):
+                self.state.held.add(report)
+            elif isinstance(report, SideInputChunk):
                 spec = specs[report.buffer_id]
                 self.state.side_inputs.add_chunks(
                     report.buffer_id, [report.data], self.components, spec.coder_id,

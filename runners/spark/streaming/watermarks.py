@@ -8,7 +8,10 @@ watermark is its input watermark, except:
   :class:`~runners.spark.streaming.keyed_step.KeyedStep`, which moves its input watermark
   only when the step runs or is skipped in a batch;
 * a splittable DoFn's: ``min(input watermark, its residuals' watermarks)``, never moving back
-  (:mod:`~runners.spark.streaming.unbounded`).
+  (:mod:`~runners.spark.streaming.unbounded`);
+* a stage holding main elements until their side inputs are ready: its input watermark is
+  held at the earliest of them (pending input, as the DirectRunner holds a blocked bundle's),
+  and its output never moves back (:mod:`~runners.spark.streaming.side_input_readiness`).
 
 A buffer's watermark is the minimum over the stages that write it; the impulse is at the
 beginning of time until the first batch has read it, then at the end.
@@ -23,6 +26,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 from runners.spark.beam_internals import IMPULSE_BUFFER
 from runners.spark.planning import TEST_STREAM_STAGE, ExecutionPlan, StageSpec
 from runners.spark.streaming.keyed_step import KeyedStep
+from runners.spark.streaming.side_input_readiness import HeldElementsStore
 from runners.spark.streaming.unbounded import CarriedResiduals
 
 
@@ -34,13 +38,15 @@ class Watermarks:
       steps: the keyed steps: a GroupByKey's by its ``group:`` buffer id, a stateful stage's
         by its index.
       residuals: the splittable DoFns' carried residuals.
+      held: main elements held for their side inputs (None: none are).
     """
 
     def __init__(self, plan: ExecutionPlan, steps: Dict[Any, KeyedStep],
-                 residuals: CarriedResiduals) -> None:
+                 residuals: CarriedResiduals, held: Optional[HeldElementsStore] = None) -> None:
         self.plan = plan
         self.steps = steps
         self.residuals = residuals
+        self.held = held or HeldElementsStore()
         self.sources: Dict[bytes, Timestamp] = {}  # TestStream buffers
         self.impulse_done = False
         self.stage_inputs: Dict[int, Timestamp] = {}
@@ -67,7 +73,11 @@ class Watermarks:
                     for index in self._writers.get(buffer_id, [])), default=MAX_TIMESTAMP)
 
     def stage_input(self, stage: StageSpec) -> Timestamp:
-        return min((self.buffer(spec.buffer_id) for spec in stage.inputs), default=MAX_TIMESTAMP)
+        """The minimum of the stage's input buffers' watermarks and of the main elements it
+        holds for its side inputs."""
+        buffers = min((self.buffer(spec.buffer_id) for spec in stage.inputs),
+                      default=MAX_TIMESTAMP)
+        return min(buffers, self.held.hold(stage.index)) if stage.side_inputs else buffers
 
     def refresh(self) -> None:
         """Recompute every stage's watermarks from the sources and the steps' state."""
@@ -86,6 +96,8 @@ class Watermarks:
             elif self.residuals.reads(stage):
                 previous = self.stage_outputs.get(stage.index, MIN_TIMESTAMP)
                 output = max(previous, min(input_watermark, self.residuals.hold(stage.index)))
+            elif stage.side_inputs:  # a held element may be behind what already passed
+                output = max(self.stage_outputs.get(stage.index, MIN_TIMESTAMP), input_watermark)
             else:
                 output = input_watermark
             self.stage_outputs[stage.index] = output
