@@ -26,7 +26,7 @@ WORKER_CORES ?= 2
 KAFKA_BROKER ?= noida
 KAFKA_DIR ?= .kafka-broker
 
-.PHONY: install check-java test test-kafka run bench bench-full bench-streaming bench-kafka spark-cluster spark-cluster-stop \
+.PHONY: install check-java test test-kafka run bench bench-full bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
         spark-cluster-status kafka kafka-stop kafka-status job-server graphviz clean
 
 install: check-java $(STAMP)
@@ -72,6 +72,11 @@ bench-full: install
 # Streaming: sustained events/s and per-batch latency of a keyed windowed sum on local[2].
 bench-streaming: install
 	$(PY) -m bench.streaming $(BENCH_ARGS)
+
+# TestStream pipelines (the model tests' shapes, and Beam's own transcript tests) on our
+# SparkRunner and the DirectRunner: seconds per pipeline, and what a round holding little costs.
+bench-teststream: install
+	$(PY) -m bench.teststream $(BENCH_ARGS)
 
 # Kafka -> team scores -> Kafka on the SparkRunner (streaming, local[2], embedded broker):
 # sustained records/s and end-to-end latency at fixed produce rates.

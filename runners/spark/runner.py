@@ -105,7 +105,8 @@ class SparkRunner(PipelineRunner):
                 batch_interval=view.batch_interval_seconds, max_batches=view.max_batches,
                 timeout=view.streaming_timeout_seconds, report_path=view.streaming_report,
                 checkpoint_storage=checkpoint_storage,
-                checkpoint_interval=view.checkpoint_interval_batches)
+                checkpoint_interval=view.checkpoint_interval_batches,
+                compact_rounds=view.streaming_compact_rounds)
         else:
             execution = PlanExecution(
                 spark_context, plan, accumulator, parallelism=parallelism,

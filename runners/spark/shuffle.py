@@ -61,12 +61,14 @@ def partition_by_key(records: Any, coder_ids: Sequence[str], components: SharedC
     bytes equal the SDK harness's own encoding of the key (its user state keys).
     """
     keyed = records.mapPartitions(functools.partial(
-        _keyed_records, tuple(coder_ids), components, partitions, key_prefixed))
+        keyed_records, tuple(coder_ids), components, partitions, key_prefixed))
     return keyed.partitionBy(partitions, _identity).values()
 
 
-def _keyed_records(coder_ids: Tuple[str, ...], components: SharedComponents, partitions: int,
-                   key_prefixed: bool, records: Iterable[Any]) -> Iterator[Tuple[int, Any]]:
+def keyed_records(coder_ids: Tuple[str, ...], components: SharedComponents, partitions: int,
+                  key_prefixed: bool, records: Iterable[Any]) -> Iterator[Tuple[int, Any]]:
+    """The map side of :func:`partition_by_key`: ``(key partition, record)`` pairs (reports
+    to partition 0)."""
     coder_impls = [components.coder_impl(coder_id) for coder_id in coder_ids]
     key_impl = components.coder(coder_ids[0]).key_coder().get_impl()
     encode = key_impl.encode_nested if key_prefixed else key_impl.encode
@@ -156,11 +158,11 @@ def reshuffle(records: Any, input_coder_id: str, output_coder_id: str,
     ``repartition`` would move pickled batches of elements, leaving small inputs unspread.
     """
     dealt = records.mapPartitionsWithIndex(
-        functools.partial(_deal_elements, input_coder_id, output_coder_id, components))
-    return dealt.partitionBy(partitions, _identity).values().mapPartitions(_join_dealt)
+        functools.partial(deal_elements, input_coder_id, output_coder_id, components))
+    return dealt.partitionBy(partitions, _identity).values().mapPartitions(join_dealt)
 
 
-def _deal_elements(input_coder_id: str, output_coder_id: str, components: SharedComponents,
+def deal_elements(input_coder_id: str, output_coder_id: str, components: SharedComponents,
                    partition: int, records: Iterable[Any]) -> Iterator[Tuple[int, Any]]:
     input_impl = components.coder_impl(input_coder_id)
     output_impl = (
@@ -175,7 +177,9 @@ def _deal_elements(input_coder_id: str, output_coder_id: str, components: Shared
             position += 1
 
 
-def _join_dealt(values: Iterable[Any]) -> Iterator[Any]:
+def join_dealt(values: Iterable[Any]) -> Iterator[Any]:
+    """The reduce side of :func:`reshuffle`: dealt elements joined into chunks, then the
+    reports."""
     reports: List[Any] = []
 
     def elements() -> Iterator[bytes]:

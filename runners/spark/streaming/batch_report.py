@@ -25,6 +25,7 @@ stable format, for live progress and plots; later fields may be added, none remo
      "millis": 840,              # batch processing time
      "spark_jobs": 1,            # Spark jobs the batch ran (0: nothing to do)
      "rounds": 1,                # rounds (a TestStream batch settles its watermarks)
+     "compact_rounds": 0,        # of them, run in one Spark task (a local master, little data)
      "input_watermarks": {"Sum/GroupByKey": 1699999990.0, ...},   # per step, see below
      "output_watermarks": {"Sum/GroupByKey": 1699999980.0, "Read": 1699999990.0, ...},
      "watermark_lag_seconds": 20.1,  # clock - output watermark of the last keyed step
@@ -78,7 +79,7 @@ class BatchReporter:
         self._previous_start: Optional[float] = None
 
     def report(self, batch: int, batch_started: float, clock: float, delivered: int,
-               jobs: int, rounds: int, state: Any) -> Dict[str, Any]:
+               jobs: int, rounds: int, state: Any, compact_rounds: int = 0) -> Dict[str, Any]:
         """Report one batch; ``state`` is the loop's
         :class:`~runners.spark.streaming.micro_batch.StreamingState`."""
         now = time.time()
@@ -98,7 +99,7 @@ class BatchReporter:
                else None)
         entry = {"batch": batch, "time": now, "clock": clock, "input_elements": inputs,
                  "source_elements": delivered, "rate": rate, "millis": millis,
-                 "spark_jobs": jobs, "rounds": rounds,
+                 "spark_jobs": jobs, "rounds": rounds, "compact_rounds": compact_rounds,
                  "input_watermarks": {name: _seconds(wm) for name, wm in input_watermarks.items()},
                  "output_watermarks": {name: _seconds(wm)
                                        for name, wm in output_watermarks.items()},

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from runners.spark.components import iter_encoded
 from runners.spark.options import is_local_master
@@ -79,6 +79,8 @@ class StreamingExecution:
         streaming.checkpoint`); None: no checkpoints (refused on a cluster master when the
         pipeline has keyed state).
       checkpoint_interval: batches between checkpoints.
+      compact_rounds: run small rounds in one task on a local master (see :mod:`~runners.
+        spark.streaming.compact_round`).
     """
 
     def __init__(self, spark_context: Any, plan: ExecutionPlan, metrics: Any, parallelism: int,
@@ -86,7 +88,7 @@ class StreamingExecution:
                  max_batches: Optional[int] = None, timeout: Optional[float] = None,
                  report_path: Optional[str] = None,
                  checkpoint_storage: Optional[DurableStorage] = None,
-                 checkpoint_interval: int = 10) -> None:
+                 checkpoint_interval: int = 10, compact_rounds: bool = True) -> None:
         check_durable_state(spark_context.master, plan, checkpoint_storage)
         self.context = RunContext(spark_context, plan, metrics, parallelism, bundle_size)
         self.batch_interval = batch_interval
@@ -95,6 +97,7 @@ class StreamingExecution:
         self.reporter = BatchReporter(metrics, report_path)
         self.checkpoint_storage = checkpoint_storage
         self.checkpoint_interval = checkpoint_interval
+        self.compact_rounds = compact_rounds
         self.resumed_from = 0  # the batch of the checkpoint this run resumed from
         self.state: Optional[StreamingState] = None
         self.batches = 0
@@ -121,6 +124,7 @@ class StreamingExecution:
         # checkpoint location when resuming.
         self.state = StreamingState.create(self.context, uuid.uuid4().hex[:16],
                                            self.checkpoint_storage, checkpoints.state_directory)
+        self.state.compact_rounds = self.compact_rounds
         self._planned = PlannedSources(self.plan, self.context.components)
         sources = [TestStreamSource(stage, self.context.components)
                    for stage in self.plan.stages if stage.kind == TEST_STREAM_STAGE]
@@ -149,7 +153,7 @@ class StreamingExecution:
             checkpoint = checkpoints.is_due(self.batches + 1)
             self.context.batch = self.batches
             jobs_before = self.context.jobs + state.residuals.jobs
-            rounds = self._run_batch(chunks, clock, settle)
+            rounds, compact = self._run_batch(chunks, clock, settle)
             # The batch's output is written: its bundles' finalizations run, and sources
             # that plan their batches hear that it is.
             state.residuals.finalize()
@@ -158,7 +162,7 @@ class StreamingExecution:
                 state.residuals.elements.values())
             self.reporter.report(self.batches, batch_started, clock, delivered,
                                  self.context.jobs + state.residuals.jobs - jobs_before,
-                                 rounds, state)
+                                 rounds, state, compact)
             self.batches += 1
             if checkpoint:
                 checkpoints.write(self, sources, clock)
@@ -198,13 +202,15 @@ class StreamingExecution:
                              {stage.index: stage.name for stage in self.plan.stages})
         return clock
 
-    def _run_batch(self, chunks: Dict[bytes, List[bytes]], clock: float, settle: bool) -> int:
-        """Run one batch's rounds; returns how many ran with a job."""
+    def _run_batch(self, chunks: Dict[bytes, List[bytes]], clock: float,
+                   settle: bool) -> Tuple[int, int]:
+        """Run one batch's rounds; returns how many ran with a job, and how many of them
+        in one task (compact)."""
         state = self.state
         for step in state.steps.values():
             step.start_batch()
         state.residuals.next_batch()
-        rounds = 0
+        rounds = compact = 0
         first = True
         while True:
             state.watermarks.refresh()
@@ -219,13 +225,14 @@ class StreamingExecution:
                 state.round_number = round_.number
                 graph.apply(graph.run_pass())
                 rounds += 1
+                compact += graph.compact
                 if round_.impulse:
                     state.watermarks.impulse_done = True
             state.watermarks.refresh()
             state.expire_side_inputs()
             first = False
             if not settle or not self._moved_into_due(clock):
-                return rounds
+                return rounds, compact
             if rounds >= MAX_ROUNDS:
                 raise RuntimeError(f"a batch did not settle after {MAX_ROUNDS} rounds: keyed "
                                    "steps kept becoming due as watermarks moved")

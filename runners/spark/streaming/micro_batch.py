@@ -30,9 +30,16 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
 from runners.spark import shuffle
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
-from runners.spark.planning import TEST_STREAM_STAGE, GroupSpec, StageSpec
+from runners.spark.planning import RESHUFFLE_STAGE, TEST_STREAM_STAGE, GroupSpec, StageSpec
 from runners.spark.records import Elements, HeldElements, SideInputChunk, StepReport
 from runners.spark.stage_graph import RunContext, StageGraph
+from runners.spark.streaming.compact_round import (
+    COMPACT_ROUND_BYTES,
+    CompactGroup,
+    CompactRound,
+    CompactStage,
+    run_compact_round,
+)
 from runners.spark.streaming.grouping import process_group_partition
 from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch, StepDurability
 from runners.spark.streaming.keyed_step import KeyedStep
@@ -69,6 +76,9 @@ class StreamingState:
     placement: StatePlacement
     held: HeldElementsStore  # main elements waiting for their side inputs
     round_number: int = 0  # rounds run so far: the next round's store version
+    #: small rounds on a local master run in one task (:mod:`~runners.spark.streaming.
+    #: compact_round`)
+    compact_rounds: bool = True
 
     @classmethod
     def create(cls, context: RunContext, run: str, storage: Optional[DurableStorage],
@@ -158,6 +168,7 @@ class RoundGraph(StageGraph):
         self.clock_micros = processing_micros(round_.clock)
         self.ran: Dict[Any, KeyedStep] = {}
         self._released: set = set()  # stages whose held main elements this round releases
+        self.compact = False  # the round ran in one task
         # Fewer, fuller tasks would merge key partitions and lose their placement.
         self.coalesce_terminals = not state.placement.enabled
         self._side_collected: set = set()
@@ -286,6 +297,61 @@ class RoundGraph(StageGraph):
         # Expired elements are dropped between rounds (the loop): main elements this round
         # releases may still read them.
         return {buffer_id: self.state.side_inputs.chunks(buffer_id) for buffer_id in wanted}
+
+    # ----- a small round in one task
+    def run_pass(self) -> List[Any]:
+        plan = self.pass_plan or self.plan_pass()
+        if plan.is_empty():
+            return []
+        compact = self._compact_round() if self._may_run_compact() else None
+        if compact is None:
+            return super().run_pass()
+        self.compact = True
+        self.context.before_job()
+        return self.sc.parallelize([0], 1).mapPartitionsWithIndex(
+            functools.partial(run_compact_round, compact)).collect()
+
+    def _may_run_compact(self) -> bool:
+        """Local master, small sources on the driver, no splittable DoFn running."""
+        if not self.state.compact_rounds or self.state.placement.enabled:
+            return False
+        if any(self.state.residuals.reads(stage) for stage in self.pass_plan.running):
+            return False
+        size = sum(len(chunk) for chunks in self.round.test_stream_chunks.values()
+                   for chunk in chunks)
+        return size <= COMPACT_ROUND_BYTES
+
+    def _compact_round(self) -> CompactRound:
+        plan = self.pass_plan
+        sources: Dict[bytes, List[bytes]] = {}
+        if IMPULSE_BUFFER in plan.live and self.round.impulse:
+            sources[IMPULSE_BUFFER] = [ENCODED_IMPULSE_VALUE]
+        for buffer_id, chunks in self.round.test_stream_chunks.items():
+            if buffer_id in plan.live:
+                sources[buffer_id] = list(chunks)
+        groups = tuple((buffer_id, CompactGroup(self.plan.groups[buffer_id],
+                                                self._keyed_batch(buffer_id)))
+                       for buffer_id in sorted(plan.groups))
+        stages = tuple(self._compact_stage(stage) for stage in plan.running)
+        return CompactRound(stages, groups, tuple((buffer_id, tuple(chunks))
+                                                  for buffer_id, chunks in sources.items()),
+                            self.components, self.context.parallelism,
+                            tuple(self.side_buffers_to_keep()))
+
+    def _compact_stage(self, stage: StageSpec) -> CompactStage:
+        task = None if stage.kind == RESHUFFLE_STAGE else self.context.stage_task(stage)
+        batch = self._keyed_batch(stage.index) if stage.keyed else None
+        readiness, released = None, ()
+        if stage.side_inputs:
+            side_watermarks = self.state.side_watermarks(stage)
+            taken = self.state.held.take(stage.index, side_watermarks)
+            released = tuple(Elements(port, chunk) for port, chunks in sorted(taken.items())
+                             for chunk in chunks)
+            if not all_done(side_watermarks):
+                readiness = ReadinessCheck.of(stage, side_watermarks)
+        history = tuple((spec.buffer_id, tuple(self.state.side_inputs.chunks(spec.buffer_id)))
+                        for spec in stage.side_inputs)
+        return CompactStage(stage, task, batch, readiness, released, history)
 
     # ----- after the job
     def apply(self, reports: List[Any]) -> None:

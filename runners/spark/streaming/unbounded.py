@@ -319,7 +319,10 @@ def process_splittable_partition(task: StageTask, stage_index: int, batch: int,
     yield _report(stage_index, outputs, _element_count(deferred.monitoring_infos, counted))
 
 
-def _finalize_partition(batch: int, stale_before: int, unused) -> Iterator[SplittableReport]:
+def _finalize_partition(batch: int, stale_before: int,
+                        records: Iterable[Any]) -> Iterator[SplittableReport]:
+    for _ in records:  # PySpark reuses a Python worker only if it read all of its input
+        pass
     _finalize_before(batch, stale_before)
     time.sleep(0.05)  # keep this worker busy so the job's other tasks reach other workers
     yield _report(-1, 0)
