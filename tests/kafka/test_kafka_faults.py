@@ -148,7 +148,11 @@ def test_a_broker_restarted_under_load_loses_no_record(tmp_path):
             kill_job(job)
         panes = topic_panes(broker.bootstrap_servers, output, committed_only=False)
     text = log.read_text(errors="replace")
-    # One line when it starts waiting, one when it goes on, whichever side noticed.
-    assert text.count("does not answer") + text.count("waits for Kafka") == 1, text[-4000:]
+    # One line when it starts waiting and one when it goes on, from each side that noticed
+    # (the planner before a batch, a batch's write caught in the middle; a broker starting
+    # again may answer connections before its metadata, so both may notice), never one
+    # per attempt.
+    waits = [text.count("does not answer"), text.count("waits for Kafka")]
+    assert 1 <= sum(waits) and max(waits) == 1, text[-4000:]
     assert "answers again" in text or "accepts connections again" in text, text[-4000:]
     assert _last_pane_totals(panes) == _window_totals(records)

@@ -75,6 +75,8 @@ class BatchPlanner:
         self._consumer = None
         self._committer = None
         self._unreachable = False
+        #: records the last plan reads (the runner runs a small batch in one task)
+        self.planned_records = 0
 
     def plan(self, work: Sequence[Tuple[Any, Any]]) -> List[Any]:
         """``[(PartitionRange, OffsetRange)]`` -> the elements with ``planned_end`` set."""
@@ -97,6 +99,7 @@ class BatchPlanner:
                              error)
             self._unreachable = True
             self.close()
+            self.planned_records = 0
             return [element._replace(planned_end=restriction.start, caught_up=False)
                     for element, restriction in work]
         if self._unreachable:
@@ -110,6 +113,7 @@ class BatchPlanner:
         if cap is not None:
             available = {tp: min(backlog, cap) for tp, backlog in available.items()}
         allowed = share_batch(available, self._config.batch_max_records)
+        self.planned_records = sum(allowed.values())
         planned = []
         for (element, restriction), tp in zip(work, partitions):
             end = restriction.start + allowed[tp]

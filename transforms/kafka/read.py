@@ -177,6 +177,11 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
             self._planner = kafka_planning.BatchPlanner(self._config)
         return self._planner.plan(work)
 
+    def planned_records(self) -> int:
+        """Records the last ``plan_micro_batch`` planned to read."""
+        planner = getattr(self, "_planner", None)
+        return 0 if planner is None else planner.planned_records
+
     def micro_batch_done(self, elements) -> None:
         """The batch's output is written: commit what it read to the group (monitoring)."""
         if getattr(self, "_planner", None) is not None:

@@ -323,7 +323,7 @@ class Checkpoints:
         return self.storage.join(PLANS_DIRECTORY, f"batch-{batch:08d}.json")
 
     def log_plan(self, batch: int, clock: float, residuals: bytes,
-                 stage_names: Dict[int, str]) -> None:
+                 stage_names: Dict[int, str], planned_records: Optional[int] = None) -> None:
         """Log what batch ``batch`` (0-based) reads before it runs: its clock and the
         residuals (with their planned ranges) of the sources that plan their batches. A
         driver resuming from an earlier checkpoint replays it exactly (:meth:`logged_plan`)."""
@@ -332,13 +332,14 @@ class Checkpoints:
         entry = {"format": FORMAT, "version": CHECKPOINT_VERSION, "batch": batch,
                  "clock": clock, "fingerprint": self.fingerprint,
                  "stage_names": {str(index): name for index, name in stage_names.items()},
-                 "residuals": residuals.decode("utf-8")}
+                 "residuals": residuals.decode("utf-8"), "planned_records": planned_records}
         self.storage.write(self._plan_path(batch),
                            json.dumps(entry, sort_keys=True).encode("utf-8"))
 
-    def logged_plan(self, batch: int) -> Optional[Tuple[float, bytes]]:
-        """(clock, residuals re-keyed to this driver's stages) of a batch logged by an
-        earlier driver and not covered by the checkpoint it resumed from; None if none."""
+    def logged_plan(self, batch: int) -> Optional[Tuple[float, bytes, Optional[int]]]:
+        """(clock, residuals re-keyed to this driver's stages, records planned) of a batch
+        logged by an earlier driver and not covered by the checkpoint it resumed from; None
+        if none."""
         if not self.enabled:
             return None
         path = self._plan_path(batch)
@@ -355,7 +356,7 @@ class Checkpoints:
         names = {int(index): name for index, name in entry["stage_names"].items()}
         residuals = _reindexed_residuals(entry["residuals"].encode("utf-8"), names,
                                          {stage.name: stage.index for stage in self.plan.stages})
-        return entry["clock"], residuals
+        return entry["clock"], residuals, entry.get("planned_records")
 
     def _prune_plans(self, batch: int) -> None:
         """Forget the plans of batches a checkpoint covers."""

@@ -11,16 +11,20 @@ step's partitions one after the other, each on its own store and version, the ke
 partitioning of the map side of a shuffle), and hands the driver the same reports.
 
 A round is *compact* (:func:`CompactRound`, built by the round graph) when the master is a
-local one, its sources' data is on the driver and small (TestStream events, the impulse:
-at most :data:`COMPACT_ROUND_BYTES`) and no splittable DoFn runs in it; otherwise it runs
-as Spark stages. ``--streaming_compact_rounds=false`` turns it off.
+local one and its sources hold little: TestStream events and the impulse (on the driver, at
+most :data:`COMPACT_ROUND_BYTES`), and splittable DoFns only those that planned the batch's
+reads (the Kafka reader: at most :data:`COMPACT_ROUND_RECORDS` records, read in the one
+task, their residuals carried as in a distributed round); otherwise it runs as Spark
+stages. Whether a replayed batch runs compact is decided by its logged plan, so its
+bundles are named as before (exactly-once sinks recognise them).
+``--streaming_compact_rounds=false`` turns it off.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from runners.spark import side_inputs as side_input_tables
 from runners.spark.bundles import StageTask, process_partition
@@ -32,9 +36,12 @@ from runners.spark.streaming.grouping import process_group_partition
 from runners.spark.streaming.keyed_batch import KeyedBatch
 from runners.spark.streaming.side_input_readiness import ReadinessCheck, split_ready
 from runners.spark.streaming.stateful import process_stateful_partition
+from runners.spark.streaming.unbounded import process_splittable_partition
 
-#: A round whose sources hold at most this many encoded bytes may run compact.
+#: A round whose TestStream events hold at most this many encoded bytes may run compact ...
 COMPACT_ROUND_BYTES = 1 << 20
+#: ... and whose planned reads (Kafka) read at most this many records.
+COMPACT_ROUND_RECORDS = 5000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +54,12 @@ class CompactStage:
         task, from ``side_history`` and this round's data).
       batch: a keyed stage's batch (versions, times), or None.
       readiness: the side-input readiness check of its main input, or None.
-      released: main elements held earlier whose side inputs are ready now.
+      released: main elements held earlier whose side inputs are ready now (for a
+        splittable DoFn: its due residuals).
       side_history: each side input's elements kept from earlier rounds.
+      splittable: a splittable DoFn's ``(batch, stale finalizations before, counted
+        PCollections)`` (:func:`~runners.spark.streaming.unbounded.
+        process_splittable_partition`), or None.
     """
 
     spec: StageSpec
@@ -57,6 +68,7 @@ class CompactStage:
     readiness: Optional[ReadinessCheck] = None
     released: Tuple[Elements, ...] = ()
     side_history: Tuple[Tuple[bytes, Tuple[bytes, ...]], ...] = ()
+    splittable: Optional[Tuple[int, int, FrozenSet[str]]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +183,9 @@ class _Execution:
             dealt = deal_elements(input_spec.coder_id, spec.output_coder_id or input_spec.coder_id,
                                   self.round.components, 0, iter(records))
             outputs = list(join_dealt(value for _, value in dealt))
+        elif stage.splittable is not None:
+            outputs = list(process_splittable_partition(task, spec.index, *stage.splittable,
+                                                        iter(records)))
         elif spec.keyed:
             outputs = self._by_partition(
                 records, tuple(input_spec.coder_id for input_spec in spec.inputs),

@@ -126,6 +126,7 @@ class StreamingExecution:
                                            self.checkpoint_storage, checkpoints.state_directory)
         self.state.compact_rounds = self.compact_rounds
         self._planned = PlannedSources(self.plan, self.context.components)
+        self.state.planned_stages = frozenset(self._planned.stage_indexes())
         sources = [TestStreamSource(stage, self.context.components)
                    for stage in self.plan.stages if stage.kind == TEST_STREAM_STAGE]
         # A TestStream's clock starts at 0 and moves only with its events, as the
@@ -184,22 +185,27 @@ class StreamingExecution:
     def _plan_sources(self, checkpoints: Checkpoints, clock: float) -> float:
         """Plan what the sources that plan their batches read in this one (Kafka: an offset
         range per partition), and log it before the batch runs; a batch an earlier driver
-        logged and no checkpoint covers is replayed as it was (its plan and its clock).
-        Returns the batch's clock."""
-        if not self._planned:
-            return clock
+        logged and no checkpoint covers is replayed as it was (its plan, its clock, and the
+        records it planned, which decide whether it runs compact: its bundles must be named
+        as they were). Returns the batch's clock; ``state.planned_records`` says how many
+        records the plan reads."""
         state = self.state
+        if not self._planned:
+            state.planned_records = 0
+            return clock
         logged = checkpoints.logged_plan(self.batches)
         if logged is not None:
-            clock, residuals = logged
+            clock, residuals, state.planned_records = logged
             state.residuals.restore(residuals, replace_all=False)
             _LOGGER.info("streaming: replaying batch %d as it was planned before the restart",
                          self.batches)
             return clock
         self._planned.plan(state.residuals, clock)
+        state.planned_records = self._planned.planned_records
         checkpoints.log_plan(self.batches, clock,
                              state.residuals.snapshot(self._planned.stage_indexes()),
-                             {stage.index: stage.name for stage in self.plan.stages})
+                             {stage.index: stage.name for stage in self.plan.stages},
+                             state.planned_records)
         return clock
 
     def _run_batch(self, chunks: Dict[bytes, List[bytes]], clock: float,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
@@ -35,6 +35,7 @@ from runners.spark.records import Elements, HeldElements, SideInputChunk, StepRe
 from runners.spark.stage_graph import RunContext, StageGraph
 from runners.spark.streaming.compact_round import (
     COMPACT_ROUND_BYTES,
+    COMPACT_ROUND_RECORDS,
     CompactGroup,
     CompactRound,
     CompactStage,
@@ -79,6 +80,10 @@ class StreamingState:
     #: small rounds on a local master run in one task (:mod:`~runners.spark.streaming.
     #: compact_round`)
     compact_rounds: bool = True
+    #: stages whose splittable DoFn plans its batches, and the records this batch's plan
+    #: reads (None: a DoFn does not say)
+    planned_stages: FrozenSet[int] = frozenset()
+    planned_records: Optional[int] = 0
 
     @classmethod
     def create(cls, context: RunContext, run: str, storage: Optional[DurableStorage],
@@ -312,10 +317,16 @@ class RoundGraph(StageGraph):
             functools.partial(run_compact_round, compact)).collect()
 
     def _may_run_compact(self) -> bool:
-        """Local master, small sources on the driver, no splittable DoFn running."""
-        if not self.state.compact_rounds or self.state.placement.enabled:
+        """Local master, small sources: TestStream events on the driver, and splittable
+        DoFns only those that planned how little they read this batch."""
+        state = self.state
+        if not state.compact_rounds or state.placement.enabled:
             return False
-        if any(self.state.residuals.reads(stage) for stage in self.pass_plan.running):
+        splittable = [stage for stage in self.pass_plan.running if state.residuals.reads(stage)]
+        if splittable and (state.planned_records is None
+                           or state.planned_records > COMPACT_ROUND_RECORDS
+                           or any(stage.index not in state.planned_stages
+                                  for stage in splittable)):
             return False
         size = sum(len(chunk) for chunks in self.round.test_stream_chunks.values()
                    for chunk in chunks)
@@ -340,6 +351,9 @@ class RoundGraph(StageGraph):
 
     def _compact_stage(self, stage: StageSpec) -> CompactStage:
         task = None if stage.kind == RESHUFFLE_STAGE else self.context.stage_task(stage)
+        if self.state.residuals.reads(stage):
+            carried, splittable = self.state.residuals.compact_input(stage, self.round.clock)
+            return CompactStage(stage, task, released=carried, splittable=splittable)
         batch = self._keyed_batch(stage.index) if stage.keyed else None
         readiness, released = None, ()
         if stage.side_inputs:

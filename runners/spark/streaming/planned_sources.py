@@ -8,7 +8,9 @@ of the source):
   Kafka reader sets each partition's ``planned_end``: the offset range of this batch);
 * ``micro_batch_done(elements)``: the batch's output is written (the Kafka reader commits
   the read offsets to its consumer group, for monitoring);
-* ``close_micro_batches()``: the run is over (its driver-side clients close).
+* ``close_micro_batches()``: the run is over (its driver-side clients close);
+* ``planned_records() -> int``: how many records the last plan reads (a batch that reads
+  little may run in one task: :mod:`~runners.spark.streaming.compact_round`).
 
 The driver holds one instance of such a DoFn (unpickled from the stage), decodes each due
 residual with the stage input's coder, asks the DoFn for the plan and re-encodes the
@@ -20,7 +22,7 @@ crash reads the same ranges. Restrictions and watermark estimator states are unt
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from runners.spark.beam_internals import (
     beam_fn_api_pb2,
@@ -50,6 +52,8 @@ class PlannedSources:
         self._dofns: Dict[int, Any] = {}  # stage index -> the DoFn that plans
         self._coders: Dict[int, Dict[int, Any]] = {}  # stage index -> input port -> coder
         self._planned: Dict[int, List[Any]] = {}  # stage index -> this batch's elements
+        #: records this batch's plan reads (None: a DoFn does not say)
+        self.planned_records: Optional[int] = 0
         for stage in plan.stages:
             if stage.kind != SDK_STAGE or not stage.descriptor:  # TestStream: its payload
                 continue
@@ -81,6 +85,7 @@ class PlannedSources:
         """Plan this batch: every due residual of a planning DoFn gets the element the DoFn
         plans for it (in place, in ``residuals``)."""
         self._planned = {}
+        self.planned_records = 0
         for index, dofn in self._dofns.items():
             carried = residuals.residuals.get(index, [])
             due = [residual for residual in carried if residual.resume_at <= clock]
@@ -104,6 +109,11 @@ class PlannedSources:
             residuals.residuals[index] = planned + [residual for residual in carried
                                                     if residual.resume_at > clock]
             self._planned[index] = elements
+            count = getattr(dofn, "planned_records", None)
+            if not callable(count) or self.planned_records is None:
+                self.planned_records = None
+            else:
+                self.planned_records += count()
 
     def planned_residuals(self, residuals: CarriedResiduals) -> Dict[int, List[CarriedResidual]]:
         """The residuals of the planning stages (what a batch's plan is, to log)."""

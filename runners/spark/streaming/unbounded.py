@@ -178,6 +178,16 @@ class CarriedResiduals:
             process_splittable_partition, task, stage.index, self._batch, self._stale_before,
             self._outputs[stage.index]))
 
+    def compact_input(self, stage: StageSpec, clock: float
+                      ) -> Tuple[Tuple[Elements, ...], Tuple[int, int, FrozenSet[str]]]:
+        """For a round run in one task: the stage's due residuals as input records, and the
+        arguments of :func:`process_splittable_partition` (the stage counts as run)."""
+        due = tuple(Elements(residual.input_index, residual.element)
+                    for residual in self.residuals.get(stage.index, [])
+                    if residual.resume_at <= clock)
+        self._ran[stage.index] = clock
+        return due, (self._batch, self._stale_before, self._outputs[stage.index])
+
     def apply(self, reports: List[Any]) -> None:
         """Take the residuals and reports of the stages run by the batch's job: each
         stage's new residuals replace the ones it ran."""
