@@ -19,7 +19,7 @@ from typing import Iterator, List
 
 import pytest
 
-from project import REPO
+from project import QUICK_JVM_OPTIONS, REPO
 from services.cluster import StandaloneCluster, isolation_available
 
 #: Storage both workers see (pytest's own temporary directories are under /tmp, which an
@@ -27,6 +27,11 @@ from services.cluster import StandaloneCluster, isolation_available
 SHARED_ROOT = "/var/tmp"
 #: Seconds a driver process on the cluster may take (executors' start-up included).
 DRIVER_SECONDS = 300.0
+
+def runner_options(cluster: StandaloneCluster) -> List[str]:
+    """The SparkRunner options of a test driver on ``cluster`` (quick JVMs)."""
+    return cluster.runner_options() + QUICK_JVM_OPTIONS
+
 
 #: The marks of every cluster test.
 CLUSTER_MARKS = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark-cluster")]

@@ -21,7 +21,7 @@ from typing import Counter, List
 import pytest
 
 from transforms.kafka.polling import poll_records
-from project import PYTHON, REPO
+from project import PYTHON, QUICK_JVM_OPTIONS, REPO
 
 #: Seconds a job may take (Spark's start-up included).
 RUN_SECONDS = 240.0
@@ -122,7 +122,7 @@ def wait_for_records(job: subprocess.Popen, bootstrap_servers: str, topic: str, 
 
 
 def team_scores_command(kafka, source: str, output: str, checkpoint_dir: Path,
-             exactly_once: bool) -> List[str]:
+                        exactly_once: bool) -> List[str]:
     """team_scores from ``source`` to ``output`` on the SparkRunner, reading at most
     :data:`BATCH_CAP` records of a partition a batch (so the read takes several batches),
     firing on event time only, checkpointed every batch."""
@@ -135,4 +135,5 @@ def team_scores_command(kafka, source: str, output: str, checkpoint_dir: Path,
             "--runner", "SparkRunner", "--streaming", "--batch_interval_seconds", "0.2",
             "--checkpoint_dir", str(checkpoint_dir), "--checkpoint_interval_batches", "1",
             "--spark_parallelism", "1", "--spark_conf", "spark.ui.enabled=false",
+            *QUICK_JVM_OPTIONS,
             *(["--exactly_once"] if exactly_once else [])]

@@ -21,6 +21,9 @@ from typing import Dict, List, Tuple
 
 from kafka_fixtures import KafkaTestHelper, recent_base_seconds
 from kafka_jobs import (
+    PARTITIONS,
+    PER_PARTITION,
+    WINDOW,
     finish_job,
     game_records,
     kill_job,
@@ -29,14 +32,11 @@ from kafka_jobs import (
     topic_panes,
     wait_for_records,
 )
-from project import PYTHON, REPO
+from project import PYTHON, QUICK_JVM_OPTIONS, REPO
 from services.broker import EmbeddedBroker
 
-PARTITIONS = 4
 #: How long the broker stays away at most, waiting for the job to notice.
 BROKER_AWAY_LIMIT_SECONDS = 120
-PER_PARTITION = 12
-WINDOW = 10
 
 
 def _command(bootstrap_servers: str, source: str, output: str, *extra: str) -> List[str]:
@@ -46,7 +46,8 @@ def _command(bootstrap_servers: str, source: str, output: str, *extra: str) -> L
             "--window_seconds", str(WINDOW), "--early_seconds", "0",
             "--allowed_lateness", "600", "--idle_timeout_seconds", "3600",
             "--runner", "SparkRunner", "--streaming", "--batch_interval_seconds", "0.2",
-            "--spark_parallelism", "1", "--spark_conf", "spark.ui.enabled=false", *extra]
+            "--spark_parallelism", "1", "--spark_conf", "spark.ui.enabled=false",
+            *QUICK_JVM_OPTIONS, *extra]
 
 
 def test_a_python_worker_killed_during_a_batch_leaves_the_panes_unchanged(

@@ -15,9 +15,9 @@ to ``--max_records``. An uninterrupted run, meanwhile, gives the reference panes
   uninterrupted run exactly once. (The batch in flight when run 1 died is replayed with the
   same offset ranges; its open transactions are aborted, and bundles whose transaction had
   committed are not written again.)
-* tansu, at-least-once (the default, and tansu's only mode): no pane is lost; the only extra
-  records are copies of panes of the uninterrupted run (a replayed batch writes its panes
-  again).
+* at-least-once (the default; tansu's only mode), on both brokers: no pane is lost; the
+  only extra records are copies of panes of the uninterrupted run (a replayed batch writes
+  its panes again).
 """
 
 from __future__ import annotations
@@ -58,10 +58,6 @@ def test_killed_kafka_job_resumes_from_its_checkpoint(kafka, kafka_broker_kind, 
     if exactly_once and kafka_broker_kind != "noida":
         pytest.skip(f"{kafka_broker_kind} does not isolate aborted transactions "
                     "(WriteToKafka refuses --exactly_once there: tests/kafka/test_kafka_write.py)")
-    if not exactly_once and kafka_broker_kind == "noida":
-        pytest.skip("at-least-once runs on tansu, whose only mode it is; on noida the same "
-                    "restart path runs in the exactly-once case, and this third ~100 s case "
-                    "would take make test past its 15-minute budget on 2 cores")
     source = kafka.create_topic(partitions=PARTITIONS)
     kafka.produce(source, game_records(recent_base_seconds(), PARTITIONS, PER_PARTITION))
     reference_topic, output = kafka.create_topic(), kafka.create_topic()

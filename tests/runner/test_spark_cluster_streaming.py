@@ -21,7 +21,13 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import cluster_job
-from cluster_fixtures import CLUSTER_MARKS, finish_driver, start_driver, wait_for_batches
+from cluster_fixtures import (
+    CLUSTER_MARKS,
+    finish_driver,
+    runner_options,
+    start_driver,
+    wait_for_batches,
+)
 from kafka_fixtures import recent_base_seconds
 from kafka_jobs import (
     PARTITIONS,
@@ -65,7 +71,7 @@ def _job_command(cluster, panes: Path, checkpoints: str, report: Path, batches: 
                  *options: str):
     return [PYTHON, JOB, str(panes), "--batches", str(batches), "--spark_parallelism", "4",
             "--checkpoint_dir", checkpoints, "--streaming_report", str(report),
-            *cluster.runner_options(), *options]
+            *runner_options(cluster), *options]
 
 
 def test_a_keyed_streaming_job_keeps_its_stores_and_survives_a_lost_worker(
@@ -212,7 +218,7 @@ def test_executors_without_the_project_run_a_pipeline_of_the_users_own_module(
     log = tmp_path / "driver.log"
     driver = subprocess.Popen(
         [PYTHON, "pipeline.py", str(output), "--setup_file", str(user / "setup.py"),
-         *two_workers.runner_options(), f"--spark_conf=spark.pyspark.python={executor_python}"],
+         *runner_options(two_workers), f"--spark_conf=spark.pyspark.python={executor_python}"],
         cwd=user, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
         env=dict(os.environ, PYTHONPATH=str(REPO)))
     text = finish_driver(driver, log)
@@ -241,7 +247,7 @@ def test_a_lost_worker_under_an_exactly_once_kafka_job_leaves_the_committed_outp
     driver = start_driver(team_scores_command(kafka, source, output, shared_dir / "checkpoints",
                                               True)
                           + ["--streaming_report", str(report), "--spark_parallelism", "2",
-                             *two_workers.runner_options()], log)
+                             *runner_options(two_workers)], log)
     try:
         wait_for_batches(driver, report, 3, log)
         two_workers.kill_worker(1)
