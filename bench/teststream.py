@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bench.report import percentile
+from bench.report import percentile, write_jsonl
 from bench.teststream_pipelines import PIPELINES, read_elements
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -185,10 +185,8 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     arguments = parse_arguments(argv)
     record = measure(arguments)
-    arguments.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    with open(arguments.results_dir / f"teststream-{stamp}.jsonl", "a", encoding="utf-8") as out:
-        out.write(json.dumps(record, sort_keys=True) + "\n")
+    write_jsonl(arguments.results_dir / f"teststream-{stamp}.jsonl", [record])
     print_record(record)
     if not agrees(record):
         print("FAILED: an output differs from the DirectRunner's, or a Beam test failed",

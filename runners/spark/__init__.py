@@ -14,6 +14,8 @@ time; this one executes Beam's portable pipeline itself, in Spark's Python worke
    (:mod:`~runners.spark.metrics`), merged across tasks.
 5. In streaming (``--streaming``), :mod:`~runners.spark.streaming` runs the same stages in
    micro-batches, with keyed state and watermarks carried from batch to batch.
+6. On a cluster, :mod:`~runners.spark.dependencies` ships the project's packages and what
+   the pipeline stages (Beam's ``--requirements_file``, ``--setup_file``, ...).
 
 Every Beam private API it uses is imported in :mod:`~runners.spark.beam_internals`.
 
