@@ -239,10 +239,19 @@ class StandaloneCluster:
         command = [str(spark_home() / "bin" / "spark-class"), main_class, *arguments]
         if not (self.isolated and role.startswith("worker-")):
             return command
-        # A mount namespace of its own with a tmpfs on /tmp; `exec` keeps one PID all the
-        # way down to the worker's JVM (unshare without --fork execs its command too).
-        script = ('mount -t tmpfs -o mode=1777 beam-worker-tmp /tmp && mkdir -p "$0" '
-                  '&& exec "$@"')
+        # A mount namespace of its own with a tmpfs on /tmp; what the worker runs from
+        # (Python, Spark, the project, this cluster's directory) stays visible when it is
+        # under /tmp: the tmpfs is made elsewhere, those entries bound into it from the
+        # host's /tmp, then moved onto /tmp. `exec` keeps one PID all the way down to the
+        # worker's JVM (unshare without --fork execs its command too).
+        stage = self.state_dir / f"private-tmp-{role}"
+        stage.mkdir(parents=True, exist_ok=True)
+        steps = [f'mount -t tmpfs -o mode=1777 beam-worker-tmp "{stage}"']
+        for entry in _entries_under_tmp(self.state_dir):
+            steps.append(f'mkdir -p "{stage}/{entry}" && mount --bind "/tmp/{entry}" '
+                         f'"{stage}/{entry}"')
+        steps.append(f'mount --move "{stage}" /tmp')
+        script = " && ".join(steps + ['mkdir -p "$0"', 'exec "$@"'])
         return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
                 script, ISOLATED_LOCAL_DIR, *command]
 
@@ -448,6 +457,19 @@ class StandaloneCluster:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
+
+
+def _entries_under_tmp(*more: Path) -> List[str]:
+    """The entries of /tmp that hold what a worker runs from (Python, Spark, the project):
+    an isolated worker sees them, and nothing else of the host's /tmp."""
+    needed = [Path(sys.prefix), Path(sys.executable), spark_home(),
+              Path(__file__).resolve().parent.parent, *more]
+    entries = set()
+    for path in needed:
+        resolved = path.resolve()
+        if resolved.parts[:2] == ("/", "tmp") and len(resolved.parts) > 2:
+            entries.add(resolved.parts[2])
+    return sorted(entries)
 
 
 def driver_conf(master_url: str, cores: int = 2, executor_memory: str = "1g") -> Dict[str, str]:

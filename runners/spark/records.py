@@ -62,6 +62,7 @@ class StepReport(NamedTuple):
     loaded: bool = False  # the store was rebuilt from the checkpoint location
     #: the state file written to the checkpoint location (a ``state_files.StateFile``)
     written: Optional[Tuple[str, int, int]] = None
+    commit: bytes = b""  # the id of the store's commit of ``version``
 
 
 class Residual(NamedTuple):

@@ -20,6 +20,7 @@ import collections
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
 from runners.spark.streaming.checkpoint import (
     MANIFEST,
+    CheckpointError,
     CheckpointMismatchError,
     latest_checkpoint,
     read_manifest,
@@ -237,12 +239,12 @@ def test_killed_driver_resumes_from_its_checkpoint_with_the_same_panes(runner, t
         assert chains and set(chains) <= {"0", "1"}, step
         assert sorted(os.listdir(directory)) == sorted(f"{int(p):05d}" for p in chains)
         for partition, chain in chains.items():
-            assert {kind for kind, _, _ in chain} == {"delta"}, step
+            assert {entry[0] for entry in chain} == {"delta"}, step
             on_disk = set(os.listdir(directory / f"{int(partition):05d}"))
             named = {file_name(StateFile(*entry)) for entry in chain}
             assert named <= on_disk
             later = [name for name in on_disk - named
-                     if int(name.split("-")[1].split(".")[0]) <= max(v for _, v, _ in chain)]
+                     if int(name.split("-")[1].split(".")[0]) <= max(e[1] for e in chain)]
             assert later == [], step
 
     run_2_dir = tmp_path / "run-2"
@@ -255,13 +257,19 @@ def test_killed_driver_resumes_from_its_checkpoint_with_the_same_panes(runner, t
     assert batches_run(result) == all_batches - 3  # resumed after batch 3
     # It checkpointed after batches 6 and 9 (its last), keeping only the latest.
     assert manifests(checkpoint_dir) == [f"checkpoint-{all_batches:08d}"]
-    # A checkpoint a killed driver left half-written (no manifest yet, or a manifest cut
-    # short) is skipped for the one before it.
+    # A checkpoint a killed driver left half-written (its data, no manifest yet: the
+    # manifest is written last) is skipped for the one before it ...
     (checkpoint_dir / f"checkpoint-{all_batches + 3:08d}").mkdir()
     (checkpoint_dir / f"checkpoint-{all_batches + 3:08d}" / "data.bin").write_bytes(b"x")
-    (checkpoint_dir / f"checkpoint-{all_batches + 6:08d}").mkdir()
-    (checkpoint_dir / f"checkpoint-{all_batches + 6:08d}" / MANIFEST).write_text('{"form')
     assert latest_checkpoint(str(checkpoint_dir)).endswith(f"checkpoint-{all_batches:08d}")
+    # ... but a manifest that cannot be read is an error, never "no checkpoint" (starting
+    # over would drop the state it names).
+    damaged = checkpoint_dir / f"checkpoint-{all_batches + 6:08d}"
+    damaged.mkdir()
+    (damaged / MANIFEST).write_text('{"form')
+    with pytest.raises(CheckpointError, match=f"checkpoint-{all_batches + 6:08d} is unreadable"):
+        latest_checkpoint(str(checkpoint_dir))
+    shutil.rmtree(damaged)
 
     uninterrupted = collections.Counter(pane for pane, _ in read_panes(uninterrupted_dir))
     run_1 = read_panes(panes_dir)

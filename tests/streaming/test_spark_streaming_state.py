@@ -120,7 +120,7 @@ def test_state_files_reach_a_snapshot_and_a_restart_gives_the_same_panes(runner,
     chains = manifest["state_files"]["Sum/GroupByKey"]
     assert sorted(chains) == ["0", "1"]
     for chain in chains.values():
-        kinds = [kind for kind, _, _ in chain]
+        kinds = [entry[0] for entry in chain]
         assert kinds[0] == "snapshot" and set(kinds[1:]) <= {"delta"}, kinds
         assert len(kinds) <= DELTAS_PER_SNAPSHOT + 1
     # Only the files the chains name are kept (older chains went with the checkpoint

@@ -124,8 +124,9 @@ def test_every_commit_writes_its_changes_and_they_rebuild_the_store_elsewhere(tm
     with PartitionState.open(location, VersionPlan(0, 1, durable)) as state:
         for key in (b"a", b"b", b"c"):
             state.put(key, KeyState(key * 3, wake_event=ord(key), hold=ord(key)))
-    assert state.written == StateFile("delta", 1, state.written.size) and not state.loaded
-    durable = durable_state(tmp_path, [state.written])
+    first = state.written
+    assert first == StateFile("delta", 1, first.size, state.commit.hex()) and not state.loaded
+    durable = durable_state(tmp_path, [first])
     # Version 2: b changes, c goes.
     with PartitionState.open(location, VersionPlan(1, 2, durable)) as state:
         state.put(b"b", KeyState(b"B", wake_processing=7))
@@ -137,13 +138,12 @@ def test_every_commit_writes_its_changes_and_they_rebuild_the_store_elsewhere(tm
         pass
     assert state.written is None
     partition = durable.directory
-    assert sorted(os.listdir(partition)) == [file_name(StateFile("delta", 1, 0)),
-                                             file_name(second)]
+    assert sorted(os.listdir(partition)) == [file_name(first), file_name(second)]
     with open(os.path.join(partition, file_name(second)), "rb") as file:
         version, rows = decode_delta(file.read())
     assert version == 2 and sorted(key for key, _ in rows) == [b"b", b"c"]
     assert dict(rows)[b"c"] is None  # a deleted key
-    chain = [StateFile("delta", 1, 0), second]
+    chain = [first, second]
     expected = contents(location, 3)
 
     # Another executor (another root) has no store: its task rebuilds version 3.
@@ -197,3 +197,67 @@ def test_the_memory_map_grows_with_the_store(location, monkeypatch):
     with PartitionState.open(location, VersionPlan(8, 9)) as state:
         pass
     assert state.summary.keys == 4000
+
+
+def test_a_store_at_the_right_version_but_another_commit_is_rebuilt(tmp_path, location):
+    """Two attempts of a task on two executors both commit version 2; the driver kept the
+    other one's report: this store's version 2 is not the accepted one."""
+    chain = []
+    with PartitionState.open(location, VersionPlan(0, 1, durable_state(tmp_path))) as state:
+        state.put(b"a", KeyState(b"first", wake_event=1))
+    chain.append(state.written)
+    elsewhere = StoreLocation(str(tmp_path / "other-root"), location.step, location.partition)
+    with PartitionState.open(elsewhere, VersionPlan(1, 2, durable_state(tmp_path, chain),
+                                                    state.commit)) as accepted:
+        accepted.put(b"a", KeyState(b"accepted", wake_event=1))
+    with PartitionState.open(location, VersionPlan(1, 2, durable_state(tmp_path, chain),
+                                                   state.commit)) as discarded:
+        discarded.put(b"a", KeyState(b"discarded", wake_event=1))
+    assert accepted.commit != discarded.commit
+    assert accepted.written != discarded.written  # each attempt wrote a file of its own
+    chain.append(accepted.written)
+    with PartitionState.open(location, VersionPlan(2, 3, durable_state(tmp_path, chain),
+                                                   accepted.commit)) as state:
+        assert state.loaded  # rebuilt: same version, other commit
+        assert state.get(b"a").blob == b"accepted"
+    with pytest.raises(StateLostError, match="or another commit of it"):
+        PartitionState.open(elsewhere, VersionPlan(2, 3, None, b"not-its-commit"))
+
+
+def test_a_rebuild_that_fails_leaves_no_store(tmp_path, location):
+    with PartitionState.open(location, VersionPlan(0, 1, durable_state(tmp_path,
+                                                                      snapshot=True))) as state:
+        state.put(b"a", KeyState(b"x" * 100))
+    snapshot = state.written
+    missing = state_files_snapshot_missing(snapshot)
+    elsewhere = StoreLocation(str(tmp_path / "other-root"), location.step, location.partition)
+    with pytest.raises(Exception):
+        PartitionState.open(elsewhere, VersionPlan(1, 2, durable_state(tmp_path, [missing])))
+    assert not os.path.exists(elsewhere.path())
+    with PartitionState.open(elsewhere, VersionPlan(1, 2, durable_state(tmp_path,
+                                                                       [snapshot]))) as state:
+        assert state.get(b"a").blob == b"x" * 100
+
+
+def state_files_snapshot_missing(snapshot):
+    return StateFile("snapshot", snapshot.version + 1000, snapshot.size)
+
+
+def test_a_handle_on_a_store_another_worker_rebuilt_is_not_reused(tmp_path, location):
+    """Python workers of one executor share its stores; one that rebuilt a store (a new
+    file at the same path) leaves the others' cached handles on the old file."""
+    import subprocess
+    import sys
+
+    with PartitionState.open(location, VersionPlan(0, 1)) as state:
+        state.put(b"a", KeyState(b"old"))
+    other_worker = (
+        "import shutil, sys\n"
+        "from runners.spark.streaming.state_store import *\n"
+        f"location = StoreLocation({location.root!r}, {location.step!r}, {location.partition})\n"
+        "shutil.rmtree(location.path())\n"
+        "with PartitionState.open(location, VersionPlan(0, 1)) as state:\n"
+        "    state.put(b'a', KeyState(b'new'))\n")
+    subprocess.run([sys.executable, "-c", other_worker], check=True, timeout=60)
+    with PartitionState.open(location, VersionPlan(1, 2)) as state:
+        assert state.get(b"a").blob == b"new"

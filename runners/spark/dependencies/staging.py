@@ -54,6 +54,8 @@ def stage_for_executors(spark_context: Any, options: PipelineOptions,
     cannot be installed without an index.
     """
     if not needs_staging(options):
+        # Tasks of an earlier pipeline run from this thread must not lend theirs.
+        worker.set_job_properties(spark_context, None, None)
         return None
     job_id = job_id or uuid.uuid4().hex[:12]
     work_dir = tempfile.mkdtemp(prefix=f"beam-spark-job-{job_id}-")

@@ -127,14 +127,13 @@ def _checkpoints(storage: DurableStorage) -> List[Tuple[int, str]]:
 
 
 def latest_checkpoint(location: "str | DurableStorage") -> Optional[str]:
-    """The path of the latest complete checkpoint in ``location``, or None (a checkpoint
-    whose manifest is unreadable, left by a driver killed while writing it, is skipped)."""
+    """The path of the latest complete checkpoint in ``location``, or None. A checkpoint is
+    complete once its manifest exists (a driver killed before writing it leaves none: that
+    checkpoint is skipped); a manifest that exists but cannot be read raises
+    :class:`CheckpointError` (never "no checkpoint": starting over would drop its state)."""
     storage = _storage(location)
     for _, path in _checkpoints(storage):
-        try:
-            read_manifest(path, storage)
-        except CheckpointError:
-            continue
+        read_manifest(path, storage)
         return path
     return None
 
@@ -247,6 +246,7 @@ class Checkpoints:
         if path is None:
             _LOGGER.info("streaming: no checkpoint in %s, starting from the beginning",
                          self.directory)
+            # State files of a run that never checkpointed: nothing names them.
             self._delete_unnamed_state_files(execution.state)
             return clock
         manifest = read_manifest(path, self.storage)
@@ -268,6 +268,7 @@ class Checkpoints:
             execution.context.parallelism = manifest["parallelism"]
         state = execution.state
         state.residuals.parallelism = manifest["parallelism"]
+        state.placement.parallelism = manifest["parallelism"]
         steps = {step.name: step for step in state.steps.values()}
         for name, snapshot in data["steps"].items():
             steps[name].restore(snapshot)

@@ -86,6 +86,7 @@ class KeyedBatch:
       previous: the version every partition's store is at before the batch.
       target: the version the batch leaves them at.
       durability: the step's durable state (None: no checkpoint location).
+      commits: each partition's accepted commit id of ``previous`` (empty: not known).
     """
 
     step: str
@@ -94,6 +95,7 @@ class KeyedBatch:
     previous: int
     target: int
     durability: Optional[StepDurability] = None
+    commits: Tuple[bytes, ...] = ()
 
     def location(self, partition: int) -> StoreLocation:
         return StoreLocation(executor_root(self.run, self.step, partition), self.step, partition)
@@ -102,8 +104,9 @@ class KeyedBatch:
         """The partition's store at ``previous``, for the task to bring to ``target``."""
         durable = (None if self.durability is None
                    else self.durability.partition(partition))
+        commit = self.commits[partition] if partition < len(self.commits) else b""
         return PartitionState.open(self.location(partition),
-                                   VersionPlan(self.previous, self.target, durable))
+                                   VersionPlan(self.previous, self.target, durable, commit))
 
     def report(self, partition: int, store: PartitionState, inputs: int,
                outputs: int) -> StepReport:
@@ -111,7 +114,7 @@ class KeyedBatch:
         return StepReport(self.step, partition, self.target, summary.keys,
                           summary.state_bytes, inputs, outputs, store.touched, summary.hold,
                           summary.next_event_wake, summary.next_processing_wake,
-                          store.loaded, store.written)
+                          store.loaded, store.written, store.commit)
 
 
 def remove_run_partition(run: str, partition: int, records: Any) -> Iterator[int]:

@@ -54,6 +54,8 @@ class KeyedStep:
         #: partition -> the state files that rebuild its store (with a checkpoint location)
         self.chains: Dict[int, Tuple[StateFile, ...]] = {}
         self.partition_bytes: Dict[int, int] = {}  # partition -> its encoded state
+        #: partition -> the id of the commit of ``version`` its report named
+        self.commits: Dict[int, bytes] = {}
         #: (partition, file) replaced by a snapshot since the last checkpoint manifest
         self._superseded: List[Tuple[int, StateFile]] = []
 
@@ -98,6 +100,7 @@ class KeyedStep:
         self.loaded += sum(1 for report in reports if report.loaded)
         for report in reports:
             self.partition_bytes[report.partition] = report.state_bytes
+            self.commits[report.partition] = report.commit
             if report.written is not None:
                 self._chain_file(report.partition, StateFile(*report.written))
 
@@ -111,6 +114,10 @@ class KeyedStep:
     def partition_chains(self, partitions: int) -> Tuple[Tuple[StateFile, ...], ...]:
         """Each key partition's chain of state files (empty: nothing durable yet)."""
         return tuple(self.chains.get(partition, ()) for partition in range(partitions))
+
+    def partition_commits(self, partitions: int) -> Tuple[bytes, ...]:
+        """Each key partition's accepted commit id of the current version."""
+        return tuple(self.commits.get(partition, b"") for partition in range(partitions))
 
     def snapshots_due(self) -> FrozenSet[int]:
         """Partitions whose next state file is a snapshot."""
@@ -137,7 +144,9 @@ class KeyedStep:
                 "next_processing_wake": self.next_processing_wake,
                 "version": self.version, "chains": self.chains_snapshot(),
                 "partition_bytes": {str(partition): size
-                                    for partition, size in sorted(self.partition_bytes.items())}}
+                                    for partition, size in sorted(self.partition_bytes.items())},
+                "commits": {str(partition): commit.hex()
+                            for partition, commit in sorted(self.commits.items())}}
 
     def chains_snapshot(self) -> Dict[str, List[List[Any]]]:
         """The partitions' chains as plain data (JSON keys are strings)."""
@@ -157,6 +166,8 @@ class KeyedStep:
                        for partition, chain in snapshot["chains"].items()}
         self.partition_bytes = {int(partition): size
                                 for partition, size in snapshot["partition_bytes"].items()}
+        self.commits = {int(partition): bytes.fromhex(commit)
+                        for partition, commit in snapshot["commits"].items()}
 
 
 def _earliest(values) -> Optional[int]:

@@ -207,8 +207,10 @@ class RoundGraph(StageGraph):
         times = BatchTimes(step.input_watermark.micros, step.output_watermark.micros,
                            input_after.micros, self.round.clock)
         self.ran[key] = step
+        partitions = self.context.parallelism
         return KeyedBatch(step.name, self.state.run, times, step.version, self.round.number,
-                          self.state.durability(step, self.context.parallelism))
+                          self.state.durability(step, partitions),
+                          step.partition_commits(partitions))
 
     def _keyed_input(self, records: Any, coder_ids: List[str], live: bool,
                      key_prefixed: bool = False) -> Any:

@@ -26,8 +26,8 @@ A delta's layout (no pickle: reading one runs no code)::
 >>> data = encode_delta(7, [(b"k1", b"row"), (b"k2", None)])
 >>> decode_delta(data)
 (7, [(b'k1', b'row'), (b'k2', None)])
->>> file_name(StateFile("snapshot", 40, 0))
-'snapshot-000000000040.mdb'
+>>> file_name(StateFile("snapshot", 40, 0, "5eedc0de"))
+'snapshot-000000000040-5eedc0de.mdb'
 """
 
 from __future__ import annotations
@@ -55,16 +55,19 @@ class StateFileError(RuntimeError):
 
 class StateFile(NamedTuple):
     """One file of a partition's chain: ``"delta"`` or ``"snapshot"``, the store version it
-    brings the partition to, and its size in bytes."""
+    brings the partition to, its size in bytes, and the id of the commit that wrote it (two
+    attempts of one task each write their own file; the chain names the accepted one)."""
 
     kind: str
     version: int
     size: int
+    commit: str = ""
 
 
 def file_name(state_file: StateFile) -> str:
     prefix, suffix = ("snapshot", "mdb") if state_file.kind == "snapshot" else ("delta", "bin")
-    return f"{prefix}-{state_file.version:012d}.{suffix}"
+    commit = f"-{state_file.commit}" if state_file.commit else ""
+    return f"{prefix}-{state_file.version:012d}{commit}.{suffix}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,16 +89,17 @@ class DurableState:
     def path(self, state_file: StateFile) -> str:
         return self.storage.join(self.directory, file_name(state_file))
 
-    def write_delta(self, version: int, rows: Sequence[Tuple[bytes, Optional[bytes]]]) -> StateFile:
+    def write_delta(self, version: int, rows: Sequence[Tuple[bytes, Optional[bytes]]],
+                    commit: str = "") -> StateFile:
         data = encode_delta(version, rows)
-        state_file = StateFile("delta", version, len(data))
+        state_file = StateFile("delta", version, len(data), commit)
         self.storage.write(self.path(state_file), data)
         return state_file
 
-    def write_snapshot(self, version: int, local_file: str) -> StateFile:
+    def write_snapshot(self, version: int, local_file: str, commit: str = "") -> StateFile:
         """Upload ``local_file`` (a compact copy of the store at ``version``)."""
-        path = self.path(StateFile("snapshot", version, 0))
-        return StateFile("snapshot", version, self.storage.upload(local_file, path))
+        path = self.path(StateFile("snapshot", version, 0, commit))
+        return StateFile("snapshot", version, self.storage.upload(local_file, path), commit)
 
     def read_snapshot(self, state_file: StateFile, local_file: str) -> None:
         self.storage.download(self.path(state_file), local_file)

@@ -20,16 +20,20 @@ A store is an LMDB environment with these databases:
 ``processing_wakes``      sortable(micros) + key: processing-time timers
 ``holds``                 sortable(micros) + key: watermark holds (the earliest is reported)
 ``undo``                  key -> its row before the current version (empty: it had none)
-``meta``                  version, previous version, key count, state bytes
+``meta``                  version, previous version, commit ids, key count, state bytes
 ========================  ===================================================================
 
 **Versions.** The driver numbers the store's states: a task turns version ``previous`` into
 ``target`` in one LMDB transaction, so a Python worker killed mid-task leaves ``previous``
 intact. A task run again after its transaction committed (Spark re-runs a task whose output
 was lost, or a batch after a failure) finds ``target`` and first rolls back to ``previous``
-from the undo records, so it computes the same result again. A store at any other version
-(an executor that never held the partition, or held it before it moved) is rebuilt from the
-partition's durable state, or refused with :class:`StateLostError` when there is none.
+from the undo records, so it computes the same result again. Each commit also gets a random
+*commit id*, which the task reports: a store is used only at the version *and* commit the
+driver accepted (two attempts of one task on two executors both commit a version; only the
+reported one counts). A store at any other version or commit (an executor that never held
+the partition, held it before it moved, or ran an attempt whose result was not used) is
+rebuilt from the partition's durable state, or refused with :class:`StateLostError` when
+there is none.
 
 **Durable state** (:mod:`~runners.spark.streaming.state_files`): with a checkpoint location,
 every commit that changed keys also writes them (a delta, now and then a snapshot) to
@@ -166,11 +170,14 @@ class VersionPlan:
       target: the version the task leaves it at.
       durable: the partition's durable state (None: no checkpoint location); a task that
         changes keys writes a state file of ``target`` there after its commit.
+      commit: the commit id the driver accepted for ``previous`` (empty: not known, the
+        version alone decides).
     """
 
     previous: int
     target: int
     durable: Optional[DurableState] = None
+    commit: bytes = b""
 
 
 def _sortable(micros: int) -> bytes:
@@ -202,16 +209,33 @@ def _decode_row(row: bytes) -> Tuple[int, KeyState]:
 
 
 # ----- environments, one per store, cached per Python worker process
-_ENVIRONMENTS: "collections.OrderedDict[str, Tuple[Any, Dict[str, Any]]]" = (
-    collections.OrderedDict())
+class _OpenStore(NamedTuple):
+    environment: Any
+    databases: Dict[str, Any]
+    identity: Tuple[int, int]  # (device, inode) of its data file, as opened
+
+
+_ENVIRONMENTS: "collections.OrderedDict[str, _OpenStore]" = collections.OrderedDict()
+
+
+def _identity(path: str) -> Optional[Tuple[int, int]]:
+    try:
+        stat = os.stat(os.path.join(path, "data.mdb"))
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def _environment(path: str) -> Tuple[Any, Dict[str, Any]]:
-    """The open LMDB environment at ``path`` and its databases (created if missing)."""
+    """The open LMDB environment at ``path`` and its databases (created if missing).
+
+    A handle is reused only while it is on the file now at ``path``: another Python
+    worker of the executor may have rebuilt the store (a new file) since this one opened
+    it."""
     cached = _ENVIRONMENTS.pop(path, None)
-    if cached is None or not os.path.isdir(path):
+    if cached is None or cached.identity != _identity(path):
         if cached is not None:
-            cached[0].close()
+            cached.environment.close()
         # Stores of runs that ended (their directories removed) are closed: their memory
         # maps would keep the deleted files' disk space.
         for stale in [other for other in _ENVIRONMENTS if not os.path.isdir(other)]:
@@ -225,18 +249,18 @@ def _environment(path: str) -> Tuple[Any, Dict[str, Any]]:
         with environment.begin(write=True) as txn:
             databases = {name: environment.open_db(name.encode(), txn=txn)
                          for name in _DATABASES}
-        cached = (environment, databases)
+        cached = _OpenStore(environment, databases, _identity(path))
     _ENVIRONMENTS[path] = cached
     while len(_ENVIRONMENTS) > _ENVIRONMENT_LIMIT:
-        _, (stale, _) = _ENVIRONMENTS.popitem(last=False)
-        stale.close()
-    return cached
+        _, stale = _ENVIRONMENTS.popitem(last=False)
+        stale.environment.close()
+    return cached.environment, cached.databases
 
 
 def _forget(path: str) -> None:
     cached = _ENVIRONMENTS.pop(path, None)
     if cached is not None:
-        cached[0].close()
+        cached.environment.close()
 
 
 def _ensure_room(environment: Any) -> None:
@@ -259,9 +283,9 @@ class PartitionState:
     the task's own writes; leaving the block normally applies every write, the undo records
     and the new version in one transaction (retried with a larger memory map if it fills
     the map), then writes the partition's state file; leaving it with an exception writes
-    nothing. :attr:`summary` then describes the partition, :attr:`written` names the state
-    file written (None: none) and :attr:`loaded` says whether the store was rebuilt from
-    the durable state.
+    nothing. :attr:`summary` then describes the partition, :attr:`commit` is the commit's
+    id, :attr:`written` names the state file written (None: none) and :attr:`loaded` says
+    whether the store was rebuilt from the durable state.
     """
 
     def __init__(self, location: StoreLocation, plan: VersionPlan, environment: Any,
@@ -275,6 +299,7 @@ class PartitionState:
         self._writes: Dict[bytes, Optional[KeyState]] = {}
         self.summary: Optional[Summary] = None
         self.written: Optional[StateFile] = None
+        self.commit = b""  # this task's commit id, once it committed
 
     # ----- opening: versions, rollback, rebuild
     @classmethod
@@ -289,7 +314,8 @@ class PartitionState:
             if version == plan.target and plan.target != plan.previous:
                 _rollback(txn, databases)
                 version = _meta_value(txn, databases, b"version")
-            if version != plan.previous:
+            commit = txn.get(b"commit", db=databases["meta"]) or b""
+            if version != plan.previous or (plan.commit and commit != plan.commit):
                 txn.abort()
                 environment, databases = _rebuild(location, plan, version)
                 loaded = plan.previous != 0
@@ -323,12 +349,14 @@ class PartitionState:
         """The rows this task changed as a delta, or the whole store as a snapshot when the
         chain is due one (after the commit: a task retried after it rolls back first)."""
         durable = self.plan.durable
+        commit = self.commit.hex()
         if not durable.snapshot:
-            return durable.write_delta(self.plan.target, rows)
+            return durable.write_delta(self.plan.target, rows, commit)
         copy = tempfile.mkdtemp(prefix=".snapshot-", dir=self.location.root)
         try:
             self._environment.copy(copy, compact=True)
-            return durable.write_snapshot(self.plan.target, os.path.join(copy, "data.mdb"))
+            return durable.write_snapshot(self.plan.target, os.path.join(copy, "data.mdb"),
+                                          commit)
         finally:
             shutil.rmtree(copy, ignore_errors=True)
 
@@ -380,6 +408,9 @@ class PartitionState:
                                 (b"previous", self.plan.previous),
                                 (b"version", self.plan.target)):
                 txn.put(name, _META.pack(value), db=meta)
+            self.commit = os.urandom(8)
+            txn.put(b"previous_commit", txn.get(b"commit", db=meta) or b"-", db=meta)
+            txn.put(b"commit", self.commit, db=meta)
             for key, state in self._writes.items():
                 old = txn.get(key, db=databases["rows"])
                 txn.put(key, b"" if old is None else old, db=databases["undo"])
@@ -455,27 +486,47 @@ def _rollback(txn: Any, databases: Dict[str, Any]) -> None:
     for name, previous_name in ((b"keys", b"previous_keys"), (b"bytes", b"previous_bytes")):
         txn.put(name, txn.get(previous_name, db=meta) or _META.pack(0), db=meta)
     txn.put(b"version", txn.get(b"previous", db=meta) or _META.pack(0), db=meta)
+    previous_commit = txn.get(b"previous_commit", db=meta)
+    if previous_commit and previous_commit != b"-":
+        txn.put(b"commit", previous_commit, db=meta)
+    else:
+        txn.delete(b"commit", db=meta)
 
 
 def _rebuild(location: StoreLocation, plan: VersionPlan, found: int) -> Tuple[Any, Dict[str, Any]]:
-    """A store at version ``plan.previous`` from the partition's durable state, or a new
-    empty store when the step never held state; anything else is lost state."""
+    """A store at version ``plan.previous`` (and its accepted commit) from the partition's
+    durable state, or a new empty store when the step never held state; anything else is
+    lost state. A rebuild that fails leaves no store behind (a partial snapshot would pass
+    for a store)."""
     path = location.path()
     durable = plan.durable
     if plan.previous != 0 and durable is None:
         raise StateLostError(
             f"the state of step {location.step!r}, key partition {location.partition}, at "
-            f"version {plan.previous} is not in {path} (found version {found}) and no "
-            "checkpoint location holds it (--checkpoint_dir). A partition's state stays on "
-            "the executor that ran it; when it moves (a lost executor, another executor on a "
-            "cluster) it is rebuilt from the checkpoint location: run with --checkpoint_dir "
-            "on storage every executor can read, and restart the job.")
+            f"version {plan.previous} is not in {path} (found version {found}, or another "
+            "commit of it) and no checkpoint location holds it (--checkpoint_dir). A "
+            "partition's state stays on the executor that ran it; when it moves (a lost "
+            "executor, another executor on a cluster) it is rebuilt from the checkpoint "
+            "location: run with --checkpoint_dir on storage every executor can read, and "
+            "restart the job.")
     _forget(path)
     shutil.rmtree(path, ignore_errors=True)
+    try:
+        return _rebuild_from(path, plan)
+    except BaseException:
+        _forget(path)
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _rebuild_from(path: str, plan: VersionPlan) -> Tuple[Any, Dict[str, Any]]:
+    durable = plan.durable
     chain = list(durable.chain) if plan.previous != 0 else []
     if chain and chain[0].kind == "snapshot":
         os.makedirs(path)
-        durable.read_snapshot(chain[0], os.path.join(path, "data.mdb"))
+        incoming = os.path.join(path, "data.mdb.incoming")
+        durable.read_snapshot(chain[0], incoming)
+        os.replace(incoming, os.path.join(path, "data.mdb"))
         chain = chain[1:]
     environment, databases = _environment(path)
     with environment.begin(write=True) as txn:
@@ -486,14 +537,20 @@ def _rebuild(location: StoreLocation, plan: VersionPlan, found: int) -> Tuple[An
                 had = txn.get(key, db=databases["rows"]) is not None
                 size += _replace_row(txn, databases, key, row)
                 keys += (row is not None) - had
+        meta = databases["meta"]
         for name, value in ((b"keys", keys), (b"bytes", size), (b"version", plan.previous),
                             (b"previous", plan.previous)):
-            txn.put(name, _META.pack(value), db=databases["meta"])
+            txn.put(name, _META.pack(value), db=meta)
+        txn.put(b"previous_commit", b"-", db=meta)
+        if plan.commit:
+            txn.put(b"commit", plan.commit, db=meta)
+        else:
+            txn.delete(b"commit", db=meta)
     return environment, databases
 
 
 def close_all() -> None:
     """Close every store this process has open (tests; a worker that is done)."""
     while _ENVIRONMENTS:
-        _, (environment, _) = _ENVIRONMENTS.popitem()
-        environment.close()
+        _, cached = _ENVIRONMENTS.popitem()
+        cached.environment.close()
