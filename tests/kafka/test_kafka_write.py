@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
+import threading
 import time
 
 import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from kafka_fixtures import bootstrap_servers, kafka, kafka_broker  # noqa: F401  (fixtures)
-from services.broker import free_loopback_port
+from kafka_fixtures import (  # noqa: F401  (fixtures)
+    KafkaTestHelper, bootstrap_servers, kafka, kafka_broker)
+from services.broker import EmbeddedBroker, free_loopback_port
+from transforms.kafka.connectivity import any_server_accepts
 from transforms.kafka.polling import poll_records
 from transforms.kafka import (
     ReadFromKafka,
@@ -132,6 +138,65 @@ def test_a_broker_that_is_down_gives_a_clear_error_for_the_sink(make_pipeline):
     message = _error_text(failure.value)
     assert servers in message and "make kafka" in message, message
     assert "no TCP connection opened in 2 s (broker_wait_seconds)" in message, message
+
+
+class _WaitSaid(logging.Handler):
+    """Sets an event when a log line says a write waits for Kafka."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "waits for Kafka" in record.getMessage():
+            self.said.set()
+
+
+def test_a_broker_gone_in_the_middle_of_a_bundle_is_waited_for_and_the_bundle_written():
+    """The broker stops between two records of one bundle: the bundle's flush says once that
+    it waits, and writes both records once the broker is back (before, it flushed silently
+    for two minutes and then failed the bundle).
+
+    Its own noida broker (tansu forgets its log on a restart) and Beam's DirectRunner only:
+    the fault is injected from inside the bundle, which needs the broker's handle in this
+    process; the waiting is the sink's own code on every runner (tests/kafka/
+    test_kafka_faults.py restarts a broker under a SparkRunner job)."""
+    said = _WaitSaid()
+    logger = logging.getLogger("transforms.kafka.connectivity")
+    logger.addHandler(said)
+    with EmbeddedBroker(kind="noida") as broker:
+        kafka = KafkaTestHelper(broker.bootstrap_servers, "write-broker-gone")
+        topic = kafka.create_topic()
+
+        pid, servers = broker.pid, [broker.bootstrap_servers]
+
+        def kill_the_broker_at_the_second(value: bytes) -> bytes:
+            # The runner pickles this function: it holds the broker's PID, nothing shared.
+            if value == b"second":
+                os.kill(pid, signal.SIGTERM)  # noida forgets a new topic on SIGKILL
+                deadline = time.monotonic() + 10
+                while any_server_accepts(servers) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            return value
+
+        def restart_once_the_wait_is_said() -> None:
+            if said.said.wait(60):
+                broker.stop(remove_data=False)  # reaps the killed process
+                broker.start()
+
+        restarter = threading.Thread(target=restart_once_the_wait_is_said, daemon=True)
+        restarter.start()
+        try:
+            with beam.Pipeline(runner="DirectRunner") as p:
+                _ = (p
+                     | beam.Create([b"first", b"second"])
+                     | beam.Map(kill_the_broker_at_the_second)
+                     | WriteToKafka(broker.bootstrap_servers, topic, broker_wait_seconds=60))
+        finally:
+            logger.removeHandler(said)
+        assert said.said.is_set(), "the write did not say it waits for the broker"
+        values = sorted(record.value for record in kafka.consume_all(topic, expected=2))
+    assert values == [b"first", b"second"]
 
 
 @pytest.mark.parametrize("arguments, error, fragment", [

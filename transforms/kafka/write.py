@@ -27,6 +27,7 @@ their original key and bytes, and the reason and origin as headers, ready to be 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
@@ -34,8 +35,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 from transforms.kafka.config import check_client_config, servers_list
-from transforms.kafka.connectivity import (BROKER_WAIT_SECONDS, quiet_connection_retries,
-                                           wait_for_a_server)
+from transforms.kafka.connectivity import (BROKER_WAIT_SECONDS, any_server_accepts,
+                                           quiet_connection_retries, wait_for_a_server)
 from transforms.kafka.offsets import KafkaUnavailableError, unavailable_message
 from transforms.kafka.records import KafkaDeadLetter
 from transforms.kafka.transactions import BundleTransaction
@@ -46,8 +47,12 @@ METRICS_NAMESPACE = "transforms.kafka"
 #: Producer settings the sink controls (its delivery guarantee depends on them).
 _RESERVED_PRODUCER_KEYS = ("bootstrap_servers", "key_serializer", "value_serializer", "acks",
                            "enable_idempotence", "transactional_id")
-#: Seconds a bundle's flush may take before the bundle fails (and is retried).
+#: Seconds a bundle's flush may take, while a broker accepts connections, before the bundle
+#: fails (and is retried).
 FLUSH_TIMEOUT_SECONDS = 120.0
+#: A flush that has not finished after this many seconds checks that a broker still accepts
+#: connections: one that went away in the middle of a bundle is then waited for, and said so.
+FLUSH_CHECK_SECONDS = 2.0
 
 
 def to_bytes(data: Any) -> Optional[bytes]:
@@ -69,6 +74,17 @@ def json_bytes(data: Any) -> bytes:
     if hasattr(data, "_asdict"):
         data = data._asdict()
     return json.dumps(data, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def delivery_timeout_ms(broker_wait_seconds: float) -> int:
+    """The producer's ``delivery_timeout_ms`` for a sink that waits ``broker_wait_seconds``
+    for a broker that went away: a record sent before it went must not expire while the
+    bundle waits (kafka-python's default, 120 s, would fail the bundle during a longer wait).
+
+    >>> delivery_timeout_ms(300.0)
+    420000
+    """
+    return int((broker_wait_seconds + FLUSH_TIMEOUT_SECONDS) * 1000)
 
 
 def _identity(element: Any) -> Any:
@@ -133,6 +149,7 @@ class _WriteFn(beam.DoFn):
         config["acks"] = "all"
         if "enable_idempotence" in KafkaProducer.DEFAULT_CONFIG:
             config["enable_idempotence"] = True
+        config.setdefault("delivery_timeout_ms", delivery_timeout_ms(self._broker_wait_seconds))
         try:
             self._producer = KafkaProducer(bootstrap_servers=list(self._servers), **config)
         except KafkaConfigurationError:
@@ -163,7 +180,7 @@ class _WriteFn(beam.DoFn):
 
         pending, self._pending = self._pending, []
         try:
-            self._producer.flush(timeout=FLUSH_TIMEOUT_SECONDS)
+            self._flush()
             for future in pending:
                 future.get(timeout=FLUSH_TIMEOUT_SECONDS)
         except KafkaError as error:
@@ -173,6 +190,30 @@ class _WriteFn(beam.DoFn):
                 "and is retried; no record is dropped."
             ) from error
         self._written.inc(len(pending))
+
+    def _flush(self) -> None:
+        """Flush the producer; while records are in flight and no broker accepts a connection,
+        wait for one (up to ``broker_wait_seconds``, one line each way) instead of retrying
+        silently until the records expire: the producer sends them once a broker is back."""
+        from kafka.errors import KafkaTimeoutError
+
+        deadline = time.monotonic() + FLUSH_TIMEOUT_SECONDS
+        while True:
+            try:
+                self._producer.flush(timeout=FLUSH_CHECK_SECONDS)
+                return
+            except KafkaTimeoutError:
+                if any_server_accepts(self._servers):
+                    if time.monotonic() >= deadline:
+                        raise
+                    continue
+            wait = self._broker_wait_seconds
+            if not wait_for_a_server(self._servers, wait, f"the write to {self._topic}"):
+                raise KafkaUnavailableError(unavailable_message(
+                    self._servers, ConnectionRefusedError(
+                        f"the broker went away during the bundle's flush and no TCP "
+                        f"connection opened in {wait:g} s (broker_wait_seconds)")))
+            deadline = time.monotonic() + FLUSH_TIMEOUT_SECONDS
 
     def finish_bundle(self) -> None:
         if self._producer is None:
