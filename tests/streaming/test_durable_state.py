@@ -19,6 +19,7 @@ from runners.spark import planning
 from runners.spark.streaming.loop import check_durable_state
 from runners.spark.streaming.state_store import RUN_DIRECTORY_PREFIX
 from runners.spark.streaming.storage import DurableStorage, StorageError
+from cluster_fixtures import s3_bucket, s3_server  # noqa: F401 (fixtures)
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 
@@ -37,6 +38,29 @@ def test_a_local_checkpoint_location_is_made_absolute_and_must_be_a_directory(tm
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(StorageError, match="a-file: not a directory"):
         DurableStorage.open("a-file")
+
+
+def test_state_files_on_s3_round_trip_through_one_client_per_set_of_options(s3_bucket):
+    """Beam's S3 filesystem made a boto3 client for every operation (~0.1 s each, on a
+    server on loopback); the runner gives every Beam S3 client of one set of options the
+    same boto3 client, and a client of other options one of its own."""
+    from apache_beam.io.aws.clients.s3.boto3_client import Client
+
+    storage = DurableStorage.open(f"s3://{s3_bucket.name}/checkpoints",
+                                  PipelineOptions(s3_bucket.options))
+    path = storage.join("state", "step", "00001.delta")
+    storage.write(path, b"rows")
+    assert storage.read(path) == b"rows" and storage.exists(path)
+    assert storage.list(storage.join("state")) == [path]
+    storage.delete([path])
+    assert not storage.exists(path)
+    assert s3_bucket.keys("checkpoints/") == []
+
+    options = PipelineOptions(s3_bucket.options)
+    first, second = Client(options), Client(options)
+    other = Client(PipelineOptions(s3_bucket.options + ["--s3_region_name=eu-west-1"]))
+    assert first.client is second.client and other.client is not first.client
+    assert other.client.meta.region_name == "eu-west-1"
 
 
 def _keyed_plan():

@@ -45,6 +45,8 @@ from apache_beam.options.pipeline_options import (
     S3Options,
 )
 
+from runners.spark.beam_internals import share_s3_clients
+
 #: Pipeline options Beam's filesystems read (they travel to the executors with the tasks).
 _FILESYSTEM_OPTION_CLASSES = (S3Options, GoogleCloudOptions, AzureOptions,
                               HadoopFileSystemOptions)
@@ -124,6 +126,8 @@ class DurableStorage:
 
     def use(self) -> None:
         """Give Beam's filesystems this storage's options (once per process and options)."""
+        if self.root.startswith("s3://"):
+            share_s3_clients()
         if self.options and _OPTIONS_IN_USE.get("options") != self.options:
             FileSystems.set_options(PipelineOptions.from_dictionary(dict(self.options)))
             _OPTIONS_IN_USE["options"] = self.options
