@@ -224,6 +224,7 @@ def _key_batches_per_executor() -> None:
 
 _key_batches_per_executor()
 
+
 def share_s3_clients() -> None:
     """Beam's S3 filesystem makes a new ``S3IO``, and with it a new boto3 client, for every
     operation (open, exists, match, delete): ~100 ms each, nearly all of it botocore loading
