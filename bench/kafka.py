@@ -78,7 +78,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import apache_beam as beam
 
 from bench.kafka_clients import WARM_UP_TEAM, PaneConsumer, Producer
-from bench.report import weighted_percentile
+from bench.report import weighted_percentile, write_jsonl
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 #: Seconds the job may take to run its first micro-batches (Spark workers start).
@@ -555,10 +555,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             record = {"run_id": stamp, **run()}
             records.append(record)
             print_record(record)
-            arguments.results_dir.mkdir(parents=True, exist_ok=True)
-            with open(arguments.results_dir / f"kafka-{stamp}.jsonl", "a",
-                      encoding="utf-8") as out:
-                out.write(json.dumps(record, sort_keys=True) + "\n")
+            write_jsonl(arguments.results_dir / f"kafka-{stamp}.jsonl", [record])
     finally:
         if session is not None:
             _stop_spark(session)

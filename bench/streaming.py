@@ -43,7 +43,7 @@ from typing import Any, Dict, List, Optional
 
 from bench import streaming_beam, streaming_native
 from bench import streaming_workloads as workloads
-from bench.report import percentile
+from bench.report import percentile, write_jsonl
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MEASUREMENTS = ("latency", "throughput", "scaling", "cluster")
@@ -446,8 +446,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         picture = plot_scaling(record["scaling"],
                                arguments.results_dir / f"streaming-scaling-{stamp}.png")
         record["scaling"]["picture"] = None if picture is None else str(picture)
-    with open(arguments.results_dir / f"streaming-{stamp}.jsonl", "a", encoding="utf-8") as out:
-        out.write(json.dumps(record, sort_keys=True) + "\n")
+    write_jsonl(arguments.results_dir / f"streaming-{stamp}.jsonl", [record])
     print_record(record)
     if "scaling" in record and record["scaling"]["picture"]:
         print(f"curve: {record['scaling']['picture']}")

@@ -28,6 +28,7 @@ SHARED_ROOT = "/var/tmp"
 #: Seconds a driver process on the cluster may take (executors' start-up included).
 DRIVER_SECONDS = 300.0
 
+
 def runner_options(cluster: StandaloneCluster) -> List[str]:
     """The SparkRunner options of a test driver on ``cluster`` (quick JVMs)."""
     return cluster.runner_options() + QUICK_JVM_OPTIONS

@@ -163,7 +163,7 @@ def reshuffle(records: Any, input_coder_id: str, output_coder_id: str,
 
 
 def deal_elements(input_coder_id: str, output_coder_id: str, components: SharedComponents,
-                   partition: int, records: Iterable[Any]) -> Iterator[Tuple[int, Any]]:
+                  partition: int, records: Iterable[Any]) -> Iterator[Tuple[int, Any]]:
     input_impl = components.coder_impl(input_coder_id)
     output_impl = (
         None if output_coder_id == input_coder_id else components.coder_impl(output_coder_id))

@@ -138,6 +138,19 @@ class StreamingState:
         """Each side input's watermark of ``stage`` now (micros)."""
         return side_input_watermarks(stage, self.watermarks.buffer)
 
+    def release_held(self, stage: StageSpec
+                     ) -> Tuple[Tuple[Elements, ...], Optional[ReadinessCheck]]:
+        """For a round of ``stage`` (a ParDo with side inputs): the main elements held
+        earlier whose side inputs are ready now (taken from the store), and the check that
+        holds this round's elements not yet ready (None: every side input is done)."""
+        side_watermarks = self.side_watermarks(stage)
+        taken = self.held.take(stage.index, side_watermarks)
+        released = tuple(Elements(port, chunk) for port, chunks in sorted(taken.items())
+                         for chunk in chunks)
+        if all_done(side_watermarks):
+            return released, None
+        return released, ReadinessCheck.of(stage, side_watermarks)
+
     def releasable(self, stage: StageSpec) -> bool:
         """Held main elements of ``stage`` whose side inputs are ready now."""
         return (bool(stage.side_inputs) and self.held.holds(stage.index)
@@ -243,17 +256,13 @@ class RoundGraph(StageGraph):
         leave as reports); those held earlier and ready now join the input."""
         if not stage.side_inputs or self.state.residuals.reads(stage):
             return records
-        side_watermarks = self.state.side_watermarks(stage)
-        released = self.state.held.take(stage.index, side_watermarks)
+        released, readiness = self.state.release_held(stage)
         if released:
             self._released.add(stage.index)
-            chunks = [Elements(port, chunk) for port, port_chunks in sorted(released.items())
-                      for chunk in port_chunks]
-            records = self.sc.union([records, self.sc.parallelize(chunks, 1)])
-        if all_done(side_watermarks):
+            records = self.sc.union([records, self.sc.parallelize(list(released), 1)])
+        if readiness is None:
             return records
-        return records.mapPartitions(functools.partial(
-            split_ready, ReadinessCheck.of(stage, side_watermarks), self.components))
+        return records.mapPartitions(functools.partial(split_ready, readiness, self.components))
 
     def _input_is_live(self, stage: StageSpec) -> bool:
         return (any(spec.buffer_id in self.pass_plan.live or spec.buffer_id in self.pass_plan.groups
@@ -357,14 +366,10 @@ class RoundGraph(StageGraph):
             carried, splittable = self.state.residuals.compact_input(stage, self.round.clock)
             return CompactStage(stage, task, released=carried, splittable=splittable)
         batch = self._keyed_batch(stage.index) if stage.keyed else None
-        readiness, released = None, ()
+        released: Tuple[Elements, ...] = ()
+        readiness: Optional[ReadinessCheck] = None
         if stage.side_inputs:
-            side_watermarks = self.state.side_watermarks(stage)
-            taken = self.state.held.take(stage.index, side_watermarks)
-            released = tuple(Elements(port, chunk) for port, chunks in sorted(taken.items())
-                             for chunk in chunks)
-            if not all_done(side_watermarks):
-                readiness = ReadinessCheck.of(stage, side_watermarks)
+            released, readiness = self.state.release_held(stage)
         history = tuple((spec.buffer_id, tuple(self.state.side_inputs.chunks(spec.buffer_id)))
                         for spec in stage.side_inputs)
         return CompactStage(stage, task, batch, readiness, released, history)

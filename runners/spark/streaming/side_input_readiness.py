@@ -96,7 +96,7 @@ def split_ready(check: ReadinessCheck, components: SharedComponents,
                 max(_window_end(mapping(window) if mapping is not None else window)
                     for window in element.windows)
                 for mapping in mappings)
-            if all(watermark >= at for watermark, at in zip(check.side_watermarks, ready_at)):
+            if _ready(ready_at, check.side_watermarks):
                 ready.append(encoded)
                 continue
             group = held.setdefault((record.port, ready_at), [_END, []])
