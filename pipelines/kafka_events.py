@@ -48,6 +48,7 @@ from transforms.kafka import (
     utf8,
 )
 from transforms.kafka.records import KafkaDeadLetter
+from transforms.kafka.security import KafkaSecurity
 from transforms.parsing import DeadLetter, ParseJson
 
 #: The payload field that carries an event's event time (seconds since the epoch).
@@ -108,6 +109,7 @@ class ReadKafkaEvents(beam.PTransform):
     the read; without them it is unbounded. ``idle_timeout_seconds``: after this long with
     nothing new, an idle partition stops holding the watermark back (None: never).
     ``dead_letter_topic``: also write every dead letter there (see the module docstring).
+    ``security``: TLS / SASL settings of every Kafka client (:mod:`transforms.kafka.security`).
     """
 
     def __init__(
@@ -125,6 +127,7 @@ class ReadKafkaEvents(beam.PTransform):
         batch_max_records: Optional[int] = None,
         batch_max_records_per_partition: Optional[int] = None,
         label: Optional[str] = None,
+        security: Optional[KafkaSecurity] = None,
     ) -> None:
         super().__init__(label)
         # Built now, so that a bad server list, topic or position fails at construction.
@@ -137,14 +140,15 @@ class ReadKafkaEvents(beam.PTransform):
             # add ~2 s to every batch on 2 cores).
             seconds_per_bundle=0.25, poll_timeout_seconds=0.05,
             batch_max_records=batch_max_records,
-            batch_max_records_per_partition=batch_max_records_per_partition)
+            batch_max_records_per_partition=batch_max_records_per_partition,
+            security=security)
         self._parse = ParseJson(event_type)
         self._dead_letter_writers = None
         if dead_letter_topic is not None:
             self._dead_letter_writers = (
-                WriteDeadLettersToKafka(bootstrap_servers, dead_letter_topic),
+                WriteDeadLettersToKafka(bootstrap_servers, dead_letter_topic, security=security),
                 WriteToKafka(bootstrap_servers, dead_letter_topic, value_fn=_dead_letter_value,
-                             headers_fn=_dead_letter_headers))
+                             headers_fn=_dead_letter_headers, security=security))
         self.description = (
             f"reading {topic} at {bootstrap_servers} from {start}"
             + (f", {max_records} records per partition" if max_records else "")
@@ -186,10 +190,11 @@ class WritePanesToKafka(beam.PTransform):
     ``exactly_once``: in Kafka transactions (:mod:`transforms.kafka.transactions`)."""
 
     def __init__(self, bootstrap_servers: str, topic: str, exactly_once: bool = False,
-                 label: Optional[str] = None) -> None:
+                 label: Optional[str] = None, security: Optional[KafkaSecurity] = None) -> None:
         super().__init__(label)
         self._write = WriteToKafka(bootstrap_servers, topic, key_fn=pane_key,
-                                   value_serializer=pane_json, exactly_once=exactly_once)
+                                   value_serializer=pane_json, exactly_once=exactly_once,
+                                   security=security)
 
     def expand(self, described):
         return described | "Write" >> self._write

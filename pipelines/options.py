@@ -46,6 +46,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 # every job's command line.
 import runners.spark.options  # noqa: F401
 from runners.resolution import resolve_runner
+from pipelines.kafka_security_options import (add_kafka_security_options,
+                                              given_security_options, kafka_security)
 
 SOURCES = ("generator", "file", "replay", "kafka")
 #: Where --source kafka starts reading each partition.
@@ -189,6 +191,8 @@ def job_parser(
                        "panes once even after a crash (read it read_committed; needs a broker "
                        "with transactions, and --checkpoint_dir to resume; default: "
                        "at-least-once)")
+    add_kafka_security_options(parser.add_argument_group(
+        "kafka security (TLS, SASL; secrets only from an environment variable or a file)"))
 
     model = parser.add_argument_group("windows and triggers")
     model.add_argument("--window_seconds", type=positive_seconds, default=float(window_seconds),
@@ -258,10 +262,12 @@ _KAFKA_OPTIONS = ("bootstrap_servers", "input_topic", "output_topic", "dead_lett
 
 
 def _check_kafka(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    args.kafka_security = None
     if args.source != "kafka":
         given = [f"--{name}" for name in _KAFKA_OPTIONS if getattr(args, name) is not None]
         given += ["--bounded"] if args.bounded else []
         given += ["--exactly_once"] if args.exactly_once else []
+        given += given_security_options(args)
         if given:
             parser.error(f"{', '.join(given)}: Kafka options need --source kafka")
         return
@@ -279,6 +285,11 @@ def _check_kafka(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         servers_list(args.bootstrap_servers)
     except ValueError as error:
         parser.error(f"--bootstrap_servers: {error}")
+    try:
+        # Validated now (files readable, secrets present) so a mistake names the option.
+        args.kafka_security = kafka_security(args)
+    except ValueError as error:
+        parser.error(str(error))
 
 
 def parse_job_options(

@@ -116,7 +116,8 @@ def _events_reader(args) -> beam.PTransform:
             group_id=args.group_id, max_records=args.max_records, bounded=args.bounded,
             idle_timeout_seconds=args.idle_timeout_seconds,
             dead_letter_topic=args.dead_letter_topic, batch_max_records=args.batch_max_records,
-            batch_max_records_per_partition=args.batch_max_records_per_partition)
+            batch_max_records_per_partition=args.batch_max_records_per_partition,
+            security=args.kafka_security)
     return ReadEvents(
         GameEvent, kind="game", source=args.source, input=args.input, format=args.format,
         csv_columns=args.csv_columns, events=args.events, seed=args.seed,
@@ -138,7 +139,8 @@ def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
         team_scores = TeamScores(args.window_seconds, args.early_seconds, args.allowed_lateness)
         scores = events.parsed | "TeamScores" >> team_scores
         panes_to_kafka = (WritePanesToKafka(args.bootstrap_servers, args.output_topic,
-                                            exactly_once=args.exactly_once)
+                                            exactly_once=args.exactly_once,
+                                            security=args.kafka_security)
                           if args.source == "kafka" and args.output_topic else None)
     except (ValueError, TypeError) as error:
         parser.error(str(error))

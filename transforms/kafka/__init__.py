@@ -7,6 +7,8 @@
 * :class:`WriteToKafka` / :class:`WriteDeadLettersToKafka` (``write.py``): keyed records,
   ``acks="all"``, idempotent producer, flushed and checked at every bundle end.
 * :class:`KafkaRecord`, :class:`KafkaDeadLetter` and decoders (``records.py``).
+* :class:`KafkaSecurity` (``security.py``): TLS and SASL settings of every client, secrets
+  by reference (an environment variable or a file), never by value.
 
 For tests and the demo, ``services/broker.py`` starts a Kafka-protocol broker on loopback
 (``make kafka``).
@@ -21,6 +23,7 @@ from transforms.kafka.records import (
     raw_bytes,
     utf8,
 )
+from transforms.kafka.security import KafkaSecurity, KafkaSecurityError
 from transforms.kafka.watermark import PartitionWatermarkEstimator
 from transforms.kafka.write import WriteDeadLettersToKafka, WriteToKafka, json_bytes, to_bytes
 
@@ -31,6 +34,8 @@ __all__ = [
     "KafkaRecord",
     "KafkaDeadLetter",
     "KafkaUnavailableError",
+    "KafkaSecurity",
+    "KafkaSecurityError",
     "PartitionRange",
     "PartitionWatermarkEstimator",
     "RECORDS",

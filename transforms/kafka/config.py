@@ -12,6 +12,8 @@ import math
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
 from transforms.kafka.records import Decoder, validate_decoder
+from transforms.kafka.security import (SECRET_CLIENT_KEYS, SECURITY_CLIENT_KEYS, KafkaSecurity,
+                                       as_security)
 
 __all__ = ["ReaderConfig", "START_POSITIONS", "servers_list", "check_client_config"]
 
@@ -38,12 +40,22 @@ def servers_list(bootstrap_servers: Union[str, Sequence[str]]) -> Tuple[str, ...
     return tuple(servers)
 
 
-def check_client_config(config: Optional[Dict[str, Any]], reserved: Sequence[str], name: str) -> Dict[str, Any]:
-    """A copy of ``config``; ValueError if it sets a key the transform controls."""
+def check_client_config(config: Optional[Dict[str, Any]], reserved: Sequence[str], name: str,
+                        security: Optional[KafkaSecurity] = None) -> Dict[str, Any]:
+    """A copy of ``config``; ValueError if it sets a key the transform controls, a secret's
+    value (the config is pickled into tasks), or, with ``security``, a setting it makes."""
     if config is None:
         return {}
     if not isinstance(config, dict):
         raise TypeError(f"{name} must be a dict of kafka-python settings, got {config!r}")
+    secrets = sorted(set(config) & set(SECRET_CLIENT_KEYS))
+    if secrets:
+        raise ValueError(
+            f"{name} sets {secrets}: a secret's value there would be pickled into every task. "
+            "Pass security=KafkaSecurity.of(..., sasl_password_env=VARIABLE or "
+            "ssl_password_env=VARIABLE, or *_file=PATH) instead")
+    if security is not None:
+        reserved = tuple(reserved) + SECURITY_CLIENT_KEYS
     clashes = sorted(set(config) & set(reserved))
     if clashes:
         raise ValueError(
@@ -91,13 +103,20 @@ class ReaderConfig(NamedTuple):
     batch_max_records_per_partition: Optional[int] = None
     #: set when the pipeline is built: its runner plans micro-batches (see planning.py)
     planned: bool = False
+    #: TLS / SASL settings; secrets by reference only (see security.py)
+    security: Optional[KafkaSecurity] = None
 
     @property
     def is_bounded(self) -> bool:
         return self.bounded or self.max_records is not None
 
     def client_config(self) -> Dict[str, Any]:
-        return dict(self.consumer_config)
+        """The consumer's kafka-python settings, secrets read now: pass them to the client
+        only, never keep them (this object is pickled into tasks; they must not be)."""
+        config = dict(self.consumer_config)
+        if self.security is not None:
+            config.update(self.security.client_kwargs())
+        return config
 
     @classmethod
     def validated(cls, **arguments: Any) -> "ReaderConfig":
@@ -121,8 +140,10 @@ class ReaderConfig(NamedTuple):
         arguments["bounded"] = bool(arguments["bounded"])
         _positive(arguments["max_records"], "max_records", allow_none=True, integral=True)
         _positive(arguments["idle_timeout_seconds"], "idle_timeout_seconds", allow_none=True)
+        arguments["security"] = as_security(arguments.get("security"))
         arguments["consumer_config"] = check_client_config(
-            arguments["consumer_config"], _RESERVED_CONSUMER_KEYS, "consumer_config")
+            arguments["consumer_config"], _RESERVED_CONSUMER_KEYS, "consumer_config",
+            arguments["security"])
         if arguments["committed_fallback"] not in ("earliest", "latest"):
             raise ValueError(
                 f"committed_fallback={arguments['committed_fallback']!r}: use 'earliest' or 'latest'"

@@ -21,6 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from transforms.kafka.connectivity import any_server_accepts, quiet_connection_retries
 from transforms.kafka.polling import poll_records
+from transforms.kafka.security import KafkaSecurity, as_security_error, check_tls_path
 
 __all__ = [
     "KafkaUnavailableError",
@@ -54,10 +55,14 @@ def unavailable_message(bootstrap_servers: Sequence[str], error: BaseException) 
 
 
 def create_consumer(
-    bootstrap_servers: Sequence[str], group_id: Optional[str], consumer_config: dict
+    bootstrap_servers: Sequence[str], group_id: Optional[str], consumer_config: dict,
+    security: Optional[KafkaSecurity] = None,
 ):
     """A consumer that never subscribes (partitions are assigned by the source) and never
-    auto-commits (the source commits offsets only once a bundle's output is durable)."""
+    auto-commits (the source commits offsets only once a bundle's output is durable).
+
+    ``consumer_config`` holds the resolved security settings too; ``security`` is what they
+    came from, for the TLS check and for errors that name a setting (KafkaSecurityError)."""
     from kafka import KafkaConsumer
     from kafka.errors import KafkaConfigurationError, KafkaError
 
@@ -67,6 +72,7 @@ def create_consumer(
     if not any_server_accepts(bootstrap_servers, BROKER_PROBE_SECONDS):
         raise KafkaUnavailableError(unavailable_message(
             bootstrap_servers, ConnectionRefusedError("no TCP connection to it opens")))
+    check_tls_path(bootstrap_servers, security)
     try:
         return KafkaConsumer(
             bootstrap_servers=list(bootstrap_servers),
@@ -77,6 +83,9 @@ def create_consumer(
     except KafkaConfigurationError:
         raise
     except (KafkaError, OSError) as error:
+        refused = as_security_error(error, bootstrap_servers, security)
+        if refused is not None:
+            raise refused from None
         raise KafkaUnavailableError(unavailable_message(bootstrap_servers, error)) from error
 
 

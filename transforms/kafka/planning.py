@@ -137,7 +137,8 @@ class BatchPlanner:
         try:
             if self._committer is None:
                 self._committer = kafka_offsets.create_consumer(
-                    self._config.bootstrap_servers, group_id, self._config.client_config())
+                    self._config.bootstrap_servers, group_id, self._config.client_config(),
+                    self._config.security)
             self._committer.commit(offsets)
         except (KafkaError, OSError, kafka_offsets.KafkaUnavailableError) as error:
             _LOG.warning("could not commit the offsets read for group %s (monitoring only: "
@@ -163,7 +164,7 @@ class BatchPlanner:
             config.setdefault("fetch_max_wait_ms", 10)
             config.setdefault("request_timeout_ms", 5000)
             self._consumer = kafka_offsets.create_consumer(
-                self._config.bootstrap_servers, None, config)
+                self._config.bootstrap_servers, None, config, self._config.security)
         consumer = self._consumer
         listed = consumer.end_offsets(partitions)
         consumer.assign([])  # a new assignment forgets the high watermarks of the last batch

@@ -58,6 +58,7 @@ from transforms.kafka.config import ReaderConfig
 from transforms.kafka.connectivity import BROKER_WAIT_SECONDS, wait_for_a_server
 from transforms.kafka.polling import poll_records
 from transforms.kafka.records import KafkaDeadLetter, decode_record, event_time_seconds
+from transforms.kafka.security import KafkaSecurity
 from transforms.kafka.watermark import PartitionWatermarkEstimatorProvider
 
 __all__ = ["ReadFromKafka", "PartitionRange", "RECORDS", "DEAD_LETTER", "UNBOUNDED_END",
@@ -96,7 +97,8 @@ class _ResolvePartitions(beam.DoFn):
     def process(self, unused_impulse) -> Iterable[PartitionRange]:
         config = self._config
         consumer = kafka_offsets.create_consumer(
-            config.bootstrap_servers, config.group_id, config.client_config())
+            config.bootstrap_servers, config.group_id, config.client_config(),
+            config.security)
         try:
             partitions = kafka_offsets.list_partitions(consumer, config.topics)
             earliest = consumer.beginning_offsets(partitions)
@@ -199,7 +201,8 @@ class _ReadPartitionFn(beam.DoFn, WatermarkEstimatorProvider):
         if self._consumer is None:
             config = self._config
             self._consumer = kafka_offsets.create_consumer(
-                config.bootstrap_servers, config.group_id, config.client_config())
+                config.bootstrap_servers, config.group_id, config.client_config(),
+                config.security)
         return self._consumer
 
     def teardown(self) -> None:
@@ -379,7 +382,11 @@ class ReadFromKafka(beam.PTransform):
       idle_timeout_seconds: after this long caught up with no new record, a partition's
         watermark advances with the wall clock (see :mod:`transforms.kafka.watermark`); None
         keeps it at the last event time.
-      consumer_config: extra kafka-python ``KafkaConsumer`` settings (security, timeouts...).
+      consumer_config: extra kafka-python ``KafkaConsumer`` settings (timeouts...); no
+        secret's value is accepted here (it would be pickled into every task).
+      security: TLS / SASL settings, a :class:`~transforms.kafka.security.KafkaSecurity` or a
+        dict of ``KafkaSecurity.of``'s arguments; secrets by reference only (an environment
+        variable or a file, read where a client is made).
       records_per_bundle, seconds_per_bundle: a partition self-checkpoints after this many
         records or seconds, bounding the work re-done after a failure.
       batch_max_records, batch_max_records_per_partition: on a runner that plans
@@ -410,6 +417,7 @@ class ReadFromKafka(beam.PTransform):
         batch_max_records: Optional[int] = None,
         batch_max_records_per_partition: Optional[int] = None,
         label: Optional[str] = None,
+        security: Optional[Union[KafkaSecurity, Dict[str, Any]]] = None,
     ) -> None:
         super().__init__(label)
         self._config = ReaderConfig.validated(
@@ -421,6 +429,7 @@ class ReadFromKafka(beam.PTransform):
             records_per_bundle=records_per_bundle, seconds_per_bundle=seconds_per_bundle,
             poll_timeout_seconds=poll_timeout_seconds, batch_max_records=batch_max_records,
             batch_max_records_per_partition=batch_max_records_per_partition,
+            security=security,
         )
 
     @property

@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from transforms.kafka.connectivity import quiet_connection_retries
 from transforms.kafka.offsets import KafkaUnavailableError, unavailable_message
+from transforms.kafka.security import KafkaSecurity, as_security_error
 
 _LOG = logging.getLogger(__name__)
 
@@ -70,12 +71,16 @@ class BundleTransaction:
       topic: the topic written (the marker lives in the sink's group, on its partition 0).
       prefix: the transactional id's prefix (the sink's; two sinks must not share it).
       producer_config: extra kafka-python producer settings.
+      security: TLS / SASL settings of every client the transaction makes (secrets by
+        reference: read here, on the worker, when the clients are made).
     """
 
     def __init__(self, servers: Sequence[str], topic: str, prefix: str,
-                 producer_config: Dict[str, Any]) -> None:
+                 producer_config: Dict[str, Any],
+                 security: Optional[KafkaSecurity] = None) -> None:
         self._servers = list(servers)
         self._topic = topic
+        self._security = security
         self._config = dict(producer_config)
         self._config.setdefault("retry_backoff_ms", 10)  # measured: 2 x ~200 ms otherwise
         self._name = current_bundle_name()
@@ -96,16 +101,19 @@ class BundleTransaction:
         try:
             producer = KafkaProducer(bootstrap_servers=self._servers, acks="all",
                                      enable_idempotence=True, transactional_id=self._id,
-                                     **self._config)
+                                     **self._config, **self._security_kwargs())
         except KafkaConfigurationError:
             raise
         except (KafkaError, OSError) as error:
+            refused = as_security_error(error, self._servers, self._security)
+            if refused is not None:
+                raise refused from None
             raise KafkaUnavailableError(unavailable_message(self._servers, error)) from error
         try:
             # Fences any earlier producer of this id (a task attempt that lost its way) and
             # aborts its open transaction.
             producer.init_transactions()
-            why_not = _isolation_problem(self._servers, self._config)
+            why_not = _isolation_problem(self._servers, self._config, self._security)
         except KafkaError as error:
             why_not = f"it refused them ({type(error).__name__}: {error})"
         if why_not is not None:
@@ -148,6 +156,9 @@ class BundleTransaction:
         finally:
             producer.close(timeout=5)
 
+    def _security_kwargs(self) -> Dict[str, Any]:
+        return {} if self._security is None else self._security.client_kwargs()
+
     def _group(self) -> str:
         return f"{self._id}.committed"
 
@@ -155,7 +166,7 @@ class BundleTransaction:
         from kafka import KafkaConsumer, TopicPartition
 
         consumer = KafkaConsumer(bootstrap_servers=self._servers, group_id=self._group(),
-                                 enable_auto_commit=False)
+                                 enable_auto_commit=False, **self._security_kwargs())
         try:
             committed = consumer.committed(TopicPartition(self._topic, 0))
         finally:
@@ -163,22 +174,25 @@ class BundleTransaction:
         return committed is not None and committed > bundle_marker(self._name)
 
 
-def _isolation_problem(servers: Sequence[str], config: Dict[str, Any]) -> Optional[str]:
+def _isolation_problem(servers: Sequence[str], config: Dict[str, Any],
+                       security: Optional[KafkaSecurity] = None) -> Optional[str]:
     """None if the brokers hide an aborted record from a read-committed reader (checked once
     per worker process); else what went wrong."""
     key = tuple(servers)
     if key not in _CHECKED:
-        _CHECKED[key] = _probe_isolation(list(servers), config)
+        _CHECKED[key] = _probe_isolation(list(servers), config, security)
     return _CHECKED[key]
 
 
-def _probe_isolation(servers: List[str], config: Dict[str, Any]) -> Optional[str]:
+def _probe_isolation(servers: List[str], config: Dict[str, Any],
+                     security: Optional[KafkaSecurity] = None) -> Optional[str]:
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+    secured = {} if security is None else security.client_kwargs()
     try:
-        admin = KafkaAdminClient(bootstrap_servers=servers)
+        admin = KafkaAdminClient(bootstrap_servers=servers, **secured)
         try:
             admin.create_topics([NewTopic(PROBE_TOPIC, 1, 1)])
         except TopicAlreadyExistsError:
@@ -192,7 +206,8 @@ def _probe_isolation(servers: List[str], config: Dict[str, Any]) -> Optional[str
     marker = f"aborted-{uuid.uuid4().hex}".encode("ascii")
     producer = KafkaProducer(bootstrap_servers=servers, acks="all", enable_idempotence=True,
                              transactional_id=f"beam-probe-{uuid.uuid4().hex}",
-                             **{**config, "retry_backoff_ms": config.get("retry_backoff_ms", 10)})
+                             **{**config, "retry_backoff_ms": config.get("retry_backoff_ms", 10)},
+                             **secured)
     try:
         producer.init_transactions()
         producer.begin_transaction()
@@ -201,7 +216,7 @@ def _probe_isolation(servers: List[str], config: Dict[str, Any]) -> Optional[str
     finally:
         producer.close(timeout=5)
     consumer = KafkaConsumer(bootstrap_servers=servers, isolation_level="read_committed",
-                             enable_auto_commit=False, consumer_timeout_ms=2000)
+                             enable_auto_commit=False, consumer_timeout_ms=2000, **secured)
     try:
         partition = TopicPartition(PROBE_TOPIC, 0)
         consumer.assign([partition])

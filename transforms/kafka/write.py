@@ -39,6 +39,8 @@ from transforms.kafka.connectivity import (BROKER_WAIT_SECONDS, any_server_accep
                                            quiet_connection_retries, wait_for_a_server)
 from transforms.kafka.offsets import KafkaUnavailableError, unavailable_message
 from transforms.kafka.records import KafkaDeadLetter
+from transforms.kafka.security import (KafkaSecurity, as_security, as_security_error,
+                                       check_tls_path)
 from transforms.kafka.transactions import BundleTransaction
 
 __all__ = ["WriteToKafka", "WriteDeadLettersToKafka", "to_bytes", "json_bytes"]
@@ -104,7 +106,8 @@ class _WriteFn(beam.DoFn):
     def __init__(self, servers, topic, key_fn, value_fn, key_serializer, value_serializer,
                  headers_fn, use_event_time, producer_config,
                  transactional_id: Optional[str] = None,
-                 broker_wait_seconds: float = BROKER_WAIT_SECONDS) -> None:
+                 broker_wait_seconds: float = BROKER_WAIT_SECONDS,
+                 security: Optional[KafkaSecurity] = None) -> None:
         self._servers = servers
         self._topic = topic
         self._key_fn = key_fn
@@ -116,6 +119,8 @@ class _WriteFn(beam.DoFn):
         self._producer_config = producer_config
         self._transactional_id = transactional_id
         self._broker_wait_seconds = broker_wait_seconds
+        # The settings with secrets by reference: read where the producer is made.
+        self._security = security
         self._producer = None
         self._transaction = None
         self._skip = False
@@ -136,9 +141,11 @@ class _WriteFn(beam.DoFn):
             raise KafkaUnavailableError(unavailable_message(
                 self._servers, ConnectionRefusedError(
                     f"no TCP connection opened in {wait:g} s (broker_wait_seconds)")))
+        check_tls_path(self._servers, self._security)
         if self._transactional_id is not None:
             self._transaction = BundleTransaction(self._servers, self._topic,
-                                                  self._transactional_id, self._producer_config)
+                                                  self._transactional_id, self._producer_config,
+                                                  self._security)
             if self._transaction.begin():
                 self._producer = self._transaction.producer
             else:
@@ -146,6 +153,8 @@ class _WriteFn(beam.DoFn):
             return
         quiet_connection_retries()
         config = dict(self._producer_config)
+        if self._security is not None:
+            config.update(self._security.client_kwargs())
         config["acks"] = "all"
         if "enable_idempotence" in KafkaProducer.DEFAULT_CONFIG:
             config["enable_idempotence"] = True
@@ -155,6 +164,9 @@ class _WriteFn(beam.DoFn):
         except KafkaConfigurationError:
             raise
         except (KafkaError, OSError) as error:
+            refused = as_security_error(error, self._servers, self._security)
+            if refused is not None:
+                raise refused from None
             raise KafkaUnavailableError(unavailable_message(self._servers, error)) from error
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam):
@@ -256,8 +268,11 @@ class WriteToKafka(beam.PTransform):
         and str only, so a forgotten serializer is an error, not a repr in the topic).
       headers_fn: ``element -> [(name, bytes), ...]``.
       use_event_time: stamp records with the element's event time (else the producer's clock).
-      producer_config: extra kafka-python ``KafkaProducer`` settings (``linger_ms``,
-        security...); ``acks`` and idempotence are fixed by the sink.
+      producer_config: extra kafka-python ``KafkaProducer`` settings (``linger_ms``...);
+        ``acks`` and idempotence are fixed by the sink; no secret's value is accepted here.
+      security: TLS / SASL settings, a :class:`~transforms.kafka.security.KafkaSecurity` or a
+        dict of ``KafkaSecurity.of``'s arguments; secrets by reference only (an environment
+        variable or a file, read by the worker that makes the producer).
       exactly_once: write each bundle in one Kafka transaction, with a marker that keeps a
         bundle the runner runs again (a retried task, a micro-batch replayed after a crash)
         from being written twice: read the topic with ``isolation_level="read_committed"``.
@@ -287,9 +302,11 @@ class WriteToKafka(beam.PTransform):
         transactional_id: Optional[str] = None,
         label: Optional[str] = None,
         broker_wait_seconds: float = BROKER_WAIT_SECONDS,
+        security: Optional[Union[KafkaSecurity, Dict[str, Any]]] = None,
     ) -> None:
         super().__init__(label)
         servers = servers_list(bootstrap_servers)
+        security = as_security(security)
         if (isinstance(broker_wait_seconds, bool) or not isinstance(broker_wait_seconds, (int, float))
                 or not broker_wait_seconds >= 0):
             raise ValueError(f"broker_wait_seconds={broker_wait_seconds!r}: give the seconds a "
@@ -305,12 +322,13 @@ class WriteToKafka(beam.PTransform):
                                (key_serializer, "key_serializer"),
                                (value_serializer, "value_serializer"), (headers_fn, "headers_fn")):
             _check_callable(function, name)
-        config = check_client_config(producer_config, _RESERVED_PRODUCER_KEYS, "producer_config")
+        config = check_client_config(producer_config, _RESERVED_PRODUCER_KEYS, "producer_config",
+                                     security)
         self._fn = _WriteFn(servers, topic, key_fn, value_fn or _identity,
                             key_serializer or to_bytes, value_serializer or to_bytes,
                             headers_fn, bool(use_event_time), config,
                             (transactional_id or f"beam-{topic}") if exactly_once else None,
-                            float(broker_wait_seconds))
+                            float(broker_wait_seconds), security)
 
     def expand(self, pcoll):
         return pcoll | "Write" >> beam.ParDo(self._fn)
@@ -344,8 +362,10 @@ class WriteDeadLettersToKafka(WriteToKafka):
     def __init__(self, bootstrap_servers: Union[str, Sequence[str]], topic: str,
                  producer_config: Optional[Dict[str, Any]] = None,
                  label: Optional[str] = None,
-                 broker_wait_seconds: float = BROKER_WAIT_SECONDS) -> None:
+                 broker_wait_seconds: float = BROKER_WAIT_SECONDS,
+                 security: Optional[Union[KafkaSecurity, Dict[str, Any]]] = None) -> None:
         super().__init__(bootstrap_servers, topic, key_fn=_dead_letter_key,
                          value_fn=_dead_letter_value, headers_fn=_dead_letter_headers,
                          producer_config=producer_config,
-                         broker_wait_seconds=broker_wait_seconds, label=label)
+                         broker_wait_seconds=broker_wait_seconds, label=label,
+                         security=security)
