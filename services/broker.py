@@ -43,7 +43,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from services.processes import (
     LOOPBACK,
@@ -89,8 +89,10 @@ def broker_binary(kind: str) -> Path:
     raise ValueError(f"broker kind {kind!r} is unknown: use one of {KINDS}")
 
 
-def broker_answers(bootstrap_servers: str, timeout_seconds: float = 2.0) -> bool:
-    """True if a Kafka admin request (cluster metadata) to ``bootstrap_servers`` is answered."""
+def broker_answers(bootstrap_servers: str, timeout_seconds: float = 2.0,
+                   client_config: Optional[Dict[str, Any]] = None) -> bool:
+    """True if a Kafka admin request (cluster metadata) to ``bootstrap_servers`` is answered
+    (``client_config``: more kafka-python settings, e.g. TLS)."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaConfigurationError, KafkaError
 
@@ -102,6 +104,7 @@ def broker_answers(bootstrap_servers: str, timeout_seconds: float = 2.0) -> bool
             request_timeout_ms=timeout_ms,
             bootstrap_timeout_ms=timeout_ms,
             client_id="services.broker-probe",
+            **(client_config or {}),
         )
         # A metadata request: DescribeCluster trips a kafka-python KeyError on noida.
         admin.list_topics()
@@ -136,9 +139,14 @@ class EmbeddedBroker:
         log_path: Optional[str] = None,
         keep_data: bool = False,
         detach: bool = False,
+        advertised_port: Optional[int] = None,
+        client_config: Optional[Dict[str, Any]] = None,
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"broker kind {kind!r} is unknown: use one of {KINDS}")
+        if advertised_port is not None and kind != "tansu":
+            raise ValueError(f"advertised_port: only tansu advertises an address other than "
+                             f"the one it listens on, not {kind}")
         if port is not None and not (0 < int(port) < 65536):
             raise ValueError(f"port {port!r} is not a TCP port (1..65535); omit it for a free one")
         self.kind = kind
@@ -149,15 +157,19 @@ class EmbeddedBroker:
         self.keep_data = keep_data
         # A detached broker outlives this Python process (the command line's `start`).
         self.detach = detach
+        # Clients are sent to the advertised port (e.g. a TLS terminator in front of the
+        # broker, reached with ``client_config``'s settings).
+        self.advertised_port = advertised_port
+        self.client_config = dict(client_config or {})
         self._process: Optional[subprocess.Popen] = None
         self.pid: Optional[int] = None
 
     @property
     def bootstrap_servers(self) -> str:
-        """``host:port`` for a Kafka client's ``bootstrap_servers``."""
+        """``host:port`` for a Kafka client's ``bootstrap_servers`` (the advertised one)."""
         if self.port is None:
             raise BrokerError("the broker has not been started")
-        return f"{LOOPBACK}:{self.port}"
+        return f"{LOOPBACK}:{self.advertised_port or self.port}"
 
     def _command(self) -> List[str]:
         binary = str(broker_binary(self.kind))
@@ -165,8 +177,9 @@ class EmbeddedBroker:
             return [binary, "start", "--only", "kafka", "--kafka-port", str(self.port),
                     "--host", LOOPBACK, "--data-dir", self.data_dir]
         listener = f"tcp://{LOOPBACK}:{self.port}"
+        advertised = f"tcp://{LOOPBACK}:{self.advertised_port or self.port}"
         return [binary, "broker", "--listener-url", listener, "--advertised-listener-url",
-                listener, "--storage-engine", "memory://tansu/",
+                advertised, "--storage-engine", "memory://tansu/",
                 "--cluster-id", f"embedded-{uuid.uuid4().hex[:12]}"]
 
     def start(self) -> "EmbeddedBroker":
@@ -200,7 +213,7 @@ class EmbeddedBroker:
                     f"the {self.kind} broker exited during start-up (port {self.port} may be "
                     f"taken by another process); log {self.log_path}:\n{self._log_tail()}"
                 )
-            if broker_answers(self.bootstrap_servers):
+            if broker_answers(self.bootstrap_servers, client_config=self.client_config):
                 # Answered: make sure it was our process that answered, not a port squatter.
                 if self.running():
                     return self

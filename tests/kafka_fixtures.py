@@ -74,8 +74,11 @@ def bootstrap_servers(kafka_broker) -> str:
 class KafkaTestHelper:
     """Unique names plus small admin/produce/consume helpers for one test."""
 
-    def __init__(self, bootstrap_servers: str, test_name: str) -> None:
+    def __init__(self, bootstrap_servers: str, test_name: str,
+                 client_config: Optional[dict] = None) -> None:
         self.bootstrap_servers = bootstrap_servers
+        #: more kafka-python settings of every client (e.g. TLS, for a TLS broker)
+        self.client_config = dict(client_config or {})
         #: Record timestamps in tests are offsets from this recent hour (seconds, and ms).
         self.base = recent_base_seconds()
         self.base_ms = self.base * 1000
@@ -92,7 +95,7 @@ class KafkaTestHelper:
         from kafka.admin import NewTopic
 
         topic = name or self.unique("topic")
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, **self.client_config)
         try:
             admin.create_topics([NewTopic(topic, partitions, 1)])
         finally:
@@ -106,7 +109,7 @@ class KafkaTestHelper:
         """Write ``(key, value[, timestamp_ms[, partition[, headers]]])`` tuples and flush."""
         from kafka import KafkaProducer
 
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap_servers)
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap_servers, **self.client_config)
         try:
             futures = []
             for record in records:
@@ -132,7 +135,8 @@ class KafkaTestHelper:
 
         from kafka import KafkaConsumer, TopicPartition
 
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False)
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False,
+                                 **self.client_config)
         try:
             partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
             consumer.assign(partitions)
@@ -157,7 +161,7 @@ class KafkaTestHelper:
         from kafka import KafkaConsumer, TopicPartition
 
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=group_id,
-                                 enable_auto_commit=False)
+                                 enable_auto_commit=False, **self.client_config)
         try:
             return {p: consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
         finally:

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Counter, List
+from typing import Counter, List, Optional
 
 import pytest
 
@@ -80,13 +80,15 @@ def kill_job(job: subprocess.Popen) -> None:
     job.wait()
 
 
-def topic_panes(bootstrap_servers: str, topic: str, committed_only: bool) -> Counter[str]:
-    """Every pane record now in partition 0 of ``topic``, as canonical JSON, counted."""
+def topic_panes(bootstrap_servers: str, topic: str, committed_only: bool,
+                client_config: Optional[dict] = None) -> Counter[str]:
+    """Every pane record now in partition 0 of ``topic``, as canonical JSON, counted
+    (``client_config``: more kafka-python settings, e.g. TLS)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
                              isolation_level="read_committed" if committed_only
-                             else "read_uncommitted")
+                             else "read_uncommitted", **(client_config or {}))
     try:
         partition = TopicPartition(topic, 0)
         consumer.assign([partition])

@@ -316,10 +316,12 @@ def check_tls_path(servers: Sequence[str], security: Optional[KafkaSecurity],
     reaches is left to the caller (the broker may be away for a while)."""
     if security is None or not security.uses_tls:
         return
+    # Loaded every time (about a millisecond): a key password changed since is named here,
+    # not by kafka-python as a connection that fails.
+    context = security.ssl_context()
     key: Tuple = (tuple(servers), security)
     if key in _CHECKED:
         return
-    context = security.ssl_context()
     for server in servers:
         host, _, port = server.rpartition(":")
         host = host.strip("[]")
