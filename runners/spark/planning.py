@@ -99,6 +99,9 @@ class StageSpec:
     key_prefixed: bool = False
     output_coder_id: str = ""  # runner stages: the coder of what they write
     output_coders: Tuple[str, ...] = ()  # TestStream stages: data coder of each output
+    #: the Beam steps fused into the stage, by their names in the pipeline (what Spark's UI
+    #: shows for it: :mod:`~runners.spark.spark_names`)
+    steps: Tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,13 +265,17 @@ class _PlanBuilder:
                 transform.spec.payload = self._port(pcollection_id)
             transforms.append(transform)
         name = canonical_stage_name(stage.name)
+        steps = tuple(t.unique_name for t in transforms
+                      if t.spec.urn not in (DATA_INPUT_URN, DATA_OUTPUT_URN))
         test_streams = [t for t in transforms
                         if t.spec.urn == common_urns.primitives.TEST_STREAM.urn]
         if test_streams:
-            return self._test_stream_spec(index, name, test_streams[0], transforms)
+            return dataclasses.replace(
+                self._test_stream_spec(index, name, test_streams[0], transforms), steps=steps)
         # Flattens run in the SDK harness (fused); a Reshuffle is the only runner stage.
         if any(t.spec.urn == common_urns.composites.RESHUFFLE.urn for t in transforms):
-            return self._reshuffle_spec(index, name, transforms, inputs, outputs)
+            return dataclasses.replace(
+                self._reshuffle_spec(index, name, transforms, inputs, outputs), steps=steps)
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor(
             id=f"stage-{index}",
             transforms={t.unique_name: t for t in transforms},
@@ -295,6 +302,7 @@ class _PlanBuilder:
             key_prefixed=bool(key_coder_id) and (
                 self.components.coders[key_coder_id].spec.urn
                 == common_urns.coders.LENGTH_PREFIX.urn),
+            steps=steps,
         )
 
     def _user_key_coder(self, transforms) -> str:

@@ -45,6 +45,7 @@ from runners.spark.planning import (
     StageSpec,
 )
 from runners.spark.records import Elements, data_of, is_elements_of, is_report, relabel
+from runners.spark.spark_names import SparkNames, stage_label
 
 #: Stage descriptors larger than this are broadcast instead of shipped with every task
 #: (they carry the stage's pickled DoFns, which can hold large objects).
@@ -78,7 +79,13 @@ class RunContext:
     #: the run's name in its bundles' names (stable across a restart from a checkpoint)
     run_name: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
     batch: int = 0  # the micro-batch being built (0 in batch)
+    #: what Spark's UI and event log call the run's jobs and stages
+    names: Optional[SparkNames] = None
     _descriptors: Dict[int, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.names is None:
+            self.names = SparkNames(self.spark_context, f"beam-{uuid.uuid4().hex}")
 
     def start(self) -> None:
         self.components = SharedComponents.create(self.spark_context, self.plan.components)
@@ -145,6 +152,10 @@ class StageGraph:
         self._stages = {stage.index: stage for stage in self.plan.stages}
         self._side_chunks: Dict[bytes, List[bytes]] = {}
         self._broadcasts: List[Any] = []
+        #: producer -> the Beam steps its output RDD computes since the last shuffle (what
+        #: the Spark stage that ends there runs: see :mod:`~runners.spark.spark_names`)
+        self._steps: Dict[Tuple[str, Any], Tuple[str, ...]] = {}
+        self._terminal_steps: List[str] = []
         self.pass_plan: Optional[PassPlan] = None
         #: Merge the pass's final partitions into ``parallelism`` tasks when there are more.
         self.coalesce_terminals = True
@@ -189,6 +200,10 @@ class StageGraph:
     def extra_terminals(self) -> List[Any]:
         """RDDs of reports the pass's job collects besides the stages' own."""
         return []
+
+    def pass_name(self, plan: PassPlan) -> str:
+        """What the pass's Spark job does, for its description."""
+        return "run " + ", ".join(step for stage in plan.running for step in stage.steps)
 
     def side_input_chunks(self, stage: StageSpec) -> Dict[bytes, List[bytes]]:
         """Every encoded element chunk of the stage's side-input buffers (batch: all of
@@ -268,23 +283,27 @@ class StageGraph:
         plan = self.pass_plan or self.plan_pass()
         if plan.is_empty():
             return []
+        names = self.context.names
         try:
-            for stage in plan.running:
-                self._outputs[("stage", stage.index)] = self._stage(stage)
-                self._hand_on(("stage", stage.index))
-            for buffer_id in plan.groups:  # a GroupByKey nobody reads still reports
-                if ("group", buffer_id) not in self._outputs:
-                    self._group(buffer_id)
-            self._terminals.extend(self.extra_terminals())
-            if not self._terminals:
-                return []
-            union = (self._terminals[0] if len(self._terminals) == 1
-                     else self.sc.union(self._terminals))
-            if self.coalesce_terminals and union.getNumPartitions() > self.context.parallelism:
-                # A Python task costs ~0.1 s however little it does: fewer, fuller tasks.
-                union = union.coalesce(self.context.parallelism)
-            self.context.before_job()
-            return union.collect()
+            with names.job(self.pass_name(plan)):
+                for stage in plan.running:
+                    self._outputs[("stage", stage.index)] = self._stage(stage)
+                    self._hand_on(("stage", stage.index))
+                for buffer_id in plan.groups:  # a GroupByKey nobody reads still reports
+                    if ("group", buffer_id) not in self._outputs:
+                        self._group(buffer_id)
+                self._terminals.extend(self.extra_terminals())
+                if not self._terminals:
+                    return []
+                union = (self._terminals[0] if len(self._terminals) == 1
+                         else self.sc.union(self._terminals))
+                if (self.coalesce_terminals
+                        and union.getNumPartitions() > self.context.parallelism):
+                    # A Python task costs ~0.1 s however little it does: fewer, fuller tasks.
+                    union = union.coalesce(self.context.parallelism)
+                self.context.before_job()
+                with names.call_site(stage_label(self._terminal_steps)):
+                    return union.collect()
         finally:
             self.release_pass()
 
@@ -293,16 +312,23 @@ class StageGraph:
             broadcast.unpersist()
         self._broadcasts, self._terminals = [], []
         self._outputs, self._carriers, self._side_chunks = {}, {}, {}
+        self._steps, self._terminal_steps = {}, []
 
     def _stage(self, stage: StageSpec) -> Any:
         records = self.stage_input(stage, self._input(stage))
-        if stage.kind == RESHUFFLE_STAGE:
+        upstream = tuple(step for spec in stage.inputs for producer in self._producers(
+            spec.buffer_id) for step in self._steps.get(producer, ()))
+        if stage.kind != RESHUFFLE_STAGE and not stage.keyed:
+            self._steps[("stage", stage.index)] = upstream + stage.steps
+            return self.stage_rdd(stage, records)
+        # Its input is shuffled first: the Spark stage before it ends with that shuffle.
+        self._steps[("stage", stage.index)] = stage.steps
+        with self.context.names.call_site(stage_label(upstream, then=" + ".join(stage.steps))):
+            if stage.keyed:
+                return self.keyed_stage_rdd(stage, records)
             spec = stage.inputs[0]
             return shuffle.reshuffle(records, spec.coder_id, stage.output_coder_id or spec.coder_id,
                                      self.components, self.context.parallelism)
-        if stage.keyed:
-            return self.keyed_stage_rdd(stage, records)
-        return self.stage_rdd(stage, records)
 
     def _input(self, stage: StageSpec) -> Any:
         """The stage's input records: each input buffer's elements on the input's port."""
@@ -322,13 +348,21 @@ class StageGraph:
         if buffer_id in self.plan.groups:
             if buffer_id not in self.pass_plan.groups:
                 return []
-            producers = [("group", buffer_id)]
-            if producers[0] not in self._outputs:
+            if ("group", buffer_id) not in self._outputs:
                 self._group(buffer_id)
-        else:
-            producers = [producer for producer in self._outputs
-                         if producer[0] == "stage" and buffer_id in self._written(producer)]
-        return [self._edge(producer, buffer_id, port, reader) for producer in producers]
+        return [self._edge(producer, buffer_id, port, reader)
+                for producer in self._producers(buffer_id)]
+
+    def _producers(self, buffer_id: bytes) -> List[Tuple[str, Any]]:
+        """Who wrote ``buffer_id`` in this pass (built so far): its GroupByKey, or stages."""
+        if buffer_id in self.plan.groups:
+            producer = ("group", buffer_id)
+            return [producer] if producer in self._outputs else []
+        return self._writers(buffer_id)
+
+    def _writers(self, buffer_id: bytes) -> List[Tuple[str, Any]]:
+        return [producer for producer in self._outputs
+                if producer[0] == "stage" and buffer_id in self._written(producer)]
 
     def _written(self, producer: Tuple[str, Any]) -> List[bytes]:
         return [buffer_id for _, buffer_id in self._stages[producer[1]].outputs]
@@ -349,14 +383,15 @@ class StageGraph:
         return rdd.map(functools.partial(relabel, port))
 
     def _group(self, buffer_id: bytes) -> None:
-        parts = []
-        for producer in list(self._outputs):
-            if producer[0] == "stage" and buffer_id in self._written(producer):
-                parts.append(self._edge(producer, buffer_id, 0, ("group", buffer_id)))
+        writers = self._writers(buffer_id)
+        parts = [self._edge(producer, buffer_id, 0, ("group", buffer_id)) for producer in writers]
         records = (self.sc.emptyRDD() if not parts else parts[0] if len(parts) == 1
                    else self.sc.union(parts))
-        self._outputs[("group", buffer_id)] = self.group_rdd(
-            buffer_id, self.plan.groups[buffer_id], records)
+        spec = self.plan.groups[buffer_id]
+        upstream = [step for producer in writers for step in self._steps.get(producer, ())]
+        with self.context.names.call_site(stage_label(upstream, then=spec.transform_name)):
+            self._outputs[("group", buffer_id)] = self.group_rdd(buffer_id, spec, records)
+        self._steps[("group", buffer_id)] = (spec.transform_name,)
         self._hand_on(("group", buffer_id))
 
     def _hand_on(self, producer: Tuple[str, Any]) -> None:
@@ -374,10 +409,14 @@ class StageGraph:
             self._carriers[producer] = readers[0]
             return
         if readers and output.getNumPartitions():
-            output = (output.mapPartitionsWithIndex(_keyed_by_partition)
-                      .partitionBy(output.getNumPartitions(), _identity).values())
+            label = stage_label(self._steps.get(producer, ()), then=f"{len(readers)} readers")
+            with self.context.names.call_site(label):
+                output = (output.mapPartitionsWithIndex(_keyed_by_partition)
+                          .partitionBy(output.getNumPartitions(), _identity).values())
             self._outputs[producer] = output
+            self._steps[producer] = ()
         self._terminals.append(output.filter(is_report))
+        self._terminal_steps.extend(self._steps.get(producer, ()))
 
     # ----- side inputs
     def buffer_chunks_rdd(self, buffer_id: bytes) -> Any:
@@ -397,8 +436,11 @@ class StageGraph:
                   for position, buffer_id in enumerate(wanted)]
         self.context.before_job()
         union = tagged[0] if len(tagged) == 1 else self.sc.union(tagged)
-        for position, chunk in union.collect():
-            collected[wanted[position]].append(chunk)
+        steps = [step for buffer_id in wanted for producer in self._producers(buffer_id)
+                 for step in self._steps.get(producer, ())]
+        with self.context.names.job("collect side inputs", steps):
+            for position, chunk in union.collect():
+                collected[wanted[position]].append(chunk)
         return collected
 
     def side_input_table(self, stage: StageSpec) -> Any:

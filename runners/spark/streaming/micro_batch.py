@@ -32,7 +32,7 @@ from runners.spark import shuffle
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
 from runners.spark.planning import RESHUFFLE_STAGE, TEST_STREAM_STAGE, GroupSpec, StageSpec
 from runners.spark.records import Elements, HeldElements, SideInputChunk, StepReport
-from runners.spark.stage_graph import RunContext, StageGraph
+from runners.spark.stage_graph import PassPlan, RunContext, StageGraph
 from runners.spark.streaming.compact_round import (
     COMPACT_ROUND_BYTES,
     COMPACT_ROUND_RECORDS,
@@ -324,8 +324,14 @@ class RoundGraph(StageGraph):
             return super().run_pass()
         self.compact = True
         self.context.before_job()
-        return self.sc.parallelize([0], 1).mapPartitionsWithIndex(
-            functools.partial(run_compact_round, compact)).collect()
+        steps = ([step for stage in plan.running for step in stage.steps]
+                 + [self.plan.groups[buffer_id].transform_name for buffer_id in plan.groups])
+        with self.context.names.job(f"{self.pass_name(plan)} (in one task)", steps):
+            return self.sc.parallelize([0], 1).mapPartitionsWithIndex(
+                functools.partial(run_compact_round, compact)).collect()
+
+    def pass_name(self, plan: PassPlan) -> str:
+        return f"round {self.round.number}: {super().pass_name(plan)}"
 
     def _may_run_compact(self) -> bool:
         """Local master, small sources: TestStream events on the driver, and splittable
