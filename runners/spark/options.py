@@ -130,6 +130,15 @@ class SparkRunnerOptions(PipelineOptions):
             "events) in one Spark task instead of a Spark stage per fused stage and shuffle "
             "(a round then costs ~0.1 s instead of ~0.7 s). Default: true.",
         )
+        parser.add_argument(
+            "--on_signal",
+            choices=["none", "drain"],
+            default="none",
+            help="Streaming: what SIGTERM does to a run started from the process's main "
+            "thread. drain: drain the job (final panes, commits, a final checkpoint, then "
+            "DONE; a second SIGTERM cancels). Default: none (the signal's own action). "
+            "Ctrl-C (SIGINT) is left alone either way.",
+        )
 
 
 def _boolean(text: str) -> bool:

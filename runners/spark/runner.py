@@ -14,9 +14,12 @@ dependencies: the project's own packages are shipped with the job
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import sys
-from typing import Any, Optional
+import threading
+from typing import Any, Optional, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner
@@ -27,9 +30,11 @@ from runners.spark import planning, support
 from runners.spark.dependencies import project, staging
 from runners.spark.execution import PlanExecution
 from runners.spark.metrics import MonitoringInfoAccumulator
-from runners.spark.result import SparkPipelineResult
+from runners.spark.result import ProgressListener, SparkPipelineResult
 from runners.spark.streaming.loop import StreamingExecution
 from runners.spark.streaming.storage import DurableStorage
+
+_LOGGER = logging.getLogger(__name__)
 
 #: The Beam version whose Reshuffle keeps pane info (see ``planning.plan``).
 RESHUFFLE_KEEPS_PANES_SINCE = "2.65.0"
@@ -53,6 +58,8 @@ class SparkRunner(PipelineRunner):
         A session of your own should set ``spark.python.daemon.module`` to
         ``runners.spark.daemon`` (workers start with Beam imported, seconds faster) and
         run executors on an interpreter that imports Beam and your pipeline's modules.
+      progress_listeners: streaming: called after every micro-batch with its progress
+        (see :meth:`SparkPipelineResult.add_listener`).
 
     >>> import apache_beam as beam
     >>> from apache_beam.testing.util import assert_that, equal_to
@@ -66,9 +73,11 @@ class SparkRunner(PipelineRunner):
     #: may check this when the pipeline is built.
     plans_micro_batches = True
 
-    def __init__(self, spark: Optional[Any] = None) -> None:
+    def __init__(self, spark: Optional[Any] = None,
+                 progress_listeners: Sequence[ProgressListener] = ()) -> None:
         super().__init__()
         self._spark_context = getattr(spark, "sparkContext", spark)
+        self._progress_listeners = list(progress_listeners)
 
     def run_pipeline(self, pipeline, options: PipelineOptions) -> SparkPipelineResult:
         return self._run(planning.pipeline_proto(pipeline, options), options,
@@ -111,7 +120,18 @@ class SparkRunner(PipelineRunner):
             execution = PlanExecution(
                 spark_context, plan, accumulator, parallelism=parallelism,
                 bundle_size=view.bundle_size)
-        return SparkPipelineResult(spark_context, execution, accumulator).start()
+        result = SparkPipelineResult(spark_context, execution, accumulator)
+        if streaming:
+            for listener in self._progress_listeners:
+                result.add_listener(listener)
+            if view.on_signal == "drain":
+                if threading.current_thread() is threading.main_thread():
+                    result.drain_on_signal(signal.SIGTERM)
+                else:
+                    _LOGGER.warning("--on_signal=drain: the pipeline was not run from the "
+                                    "main thread, where Python handles signals; drain it "
+                                    "with result.drain()")
+        return result.start()
 
     def _context(self, options: PipelineOptions) -> Any:
         """The SparkContext to run on: the one given, the one running, or a new one from the

@@ -6,7 +6,8 @@ refinement, accumulating) must be those the DirectRunner gives for the same pipe
 
 A long streaming job submitted by a client that then exits keeps running; another client
 reads its state, finds it in the job list, and cancels it: the state ends CANCELLED and the
-micro-batch loop stops (no batch runs after the cancel).
+micro-batch loop stops (no batch runs after the cancel). Drained instead, it takes no new
+input and ends DONE.
 """
 
 from __future__ import annotations
@@ -143,3 +144,33 @@ def test_a_streaming_job_outlives_its_client_and_cancel_stops_its_loop(
     numbers = [int(line) for line in output.read_text().splitlines()]
     assert 3 <= len(numbers) < EVENTS
     assert sorted(numbers) == list(range(len(numbers)))  # batches in order, none lost
+
+
+def test_drain_through_the_job_server_stops_the_input_and_ends_done(
+        job_endpoint, tmp_path):  # noqa: F811
+    output = tmp_path / "numbers.txt"
+    script = tmp_path / "submit_and_leave.py"
+    script.write_text(SUBMIT_AND_LEAVE)
+    submitted = subprocess.run(
+        [sys.executable, str(script), str(output), str(EVENTS), "--runner=SparkRunner",
+         f"--job_endpoint={job_endpoint}", "--streaming"],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    job_id = submitted.stdout.split()[-1]
+    with grpc.insecure_channel(job_endpoint) as channel:
+        service = beam_job_api_pb2_grpc.JobServiceStub(channel)
+        request = beam_job_api_pb2.GetJobStateRequest(job_id=job_id)
+        deadline = time.monotonic() + 600
+        while not (output.exists() and len(output.read_text().splitlines()) >= 3):
+            assert time.monotonic() < deadline, "no micro-batch ran within 10 minutes"
+            time.sleep(0.5)
+        drained = service.Drain(beam_job_api_pb2.DrainJobRequest(job_id=job_id))
+        assert drained.state in (JobState.DRAINING, JobState.DONE)
+        history = [event.state for event in service.GetStateStream(request)]
+        assert history == [JobState.STOPPED, JobState.RUNNING, JobState.DRAINING,
+                           JobState.DONE]
+    # The source took no new input after the drain: the job ended long before the stream's
+    # end, every element it took written once, in order.
+    numbers = [int(line) for line in output.read_text().splitlines()]
+    assert 3 <= len(numbers) < EVENTS
+    assert sorted(numbers) == list(range(len(numbers)))

@@ -204,9 +204,10 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
     def set_state(self, new_state: int) -> Any:
         with self._lock:
             current = self._state_history[-1][0]
-            if current in _TERMINAL or (
-                    current == JobState.CANCELLING and new_state not in _TERMINAL):
-                return None  # a cancelled job does not go back to RUNNING; an ended one stays
+            if current in _TERMINAL or (current in (JobState.CANCELLING, JobState.DRAINING)
+                                        and new_state not in _TERMINAL):
+                # A cancelled or draining job does not go back to RUNNING; an ended one stays
+                return None
             timestamp = super().set_state(new_state)
             if timestamp is not None:
                 for state_queue in self._state_queues:
@@ -295,6 +296,20 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
             self.result.cancel()
         thread.join(timeout)
 
+    def drain(self) -> None:
+        """Drain a streaming job (final panes, commits, a final checkpoint, then DONE: see
+        ``SparkPipelineResult.drain``); returns at once, in state DRAINING. A job not
+        running yet has nothing in flight: it is cancelled. A batch job ends by itself."""
+        with self._lock:
+            if self.state in _TERMINAL:
+                return
+            result = self.result
+        if result is None:
+            self.cancel()
+            return
+        self.set_state(JobState.DRAINING)
+        result.drain(0)
+
     def get_state_stream(self) -> Iterator[Any]:
         yield from self._stream(include_messages=False)
 
@@ -378,6 +393,11 @@ class SparkJobServicer(abstract_job_service.AbstractJobServiceServicer):
         job = self._job(request.job_id, context)
         job.cancel()
         return beam_job_api_pb2.CancelJobResponse(state=job.state)
+
+    def Drain(self, request, context=None, timeout=None):
+        job = self._job(request.job_id, context)
+        job.drain()
+        return beam_job_api_pb2.DrainJobResponse(state=job.state)
 
     def GetStateStream(self, request, context=None, timeout=None):
         self._job(request.job_id, context)

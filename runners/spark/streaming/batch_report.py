@@ -13,6 +13,9 @@ counter ``stores_loaded`` (stores rebuilt from the checkpoint location); per
 splittable DoFn (step: its name) gauges ``input_watermark_millis``,
 ``output_watermark_millis`` and ``residuals``.
 
+Listeners (``SparkPipelineResult.add_listener``) are called after each batch with the
+batch's dict, the one the report line holds.
+
 ``--streaming_report FILE`` appends one JSON object per batch, one line each, to FILE (a
 stable format, for live progress and plots; later fields may be added, none removed)::
 
@@ -49,7 +52,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
@@ -75,6 +78,8 @@ class BatchReporter:
         self.report_path = report_path
         #: One dict per batch (as written to the report file), for inspection.
         self.history: List[Dict[str, Any]] = []
+        #: Called with each batch's dict (``SparkPipelineResult.add_listener``).
+        self.listeners: List[Callable[[Dict[str, Any]], None]] = []
         self._gauge_time = 0.0
         self._previous_start: Optional[float] = None
 
@@ -118,6 +123,12 @@ class BatchReporter:
                      "output watermarks %s", batch, inputs, rate, millis, jobs,
                      "-" if lag is None else f"{lag:.1f}", entry["output_watermarks"])
         self._metrics(inputs, delivered, millis, rate, lag, jobs, steps, splittable, state)
+        for listener in list(self.listeners):
+            try:
+                listener(dict(entry))
+            except Exception:  # a listener's bug must not stop the job
+                _LOGGER.warning("streaming: the progress listener %r failed on batch %d",
+                                listener, batch, exc_info=True)
         return entry
 
     def _metrics(self, inputs: int, delivered: int, millis: int, rate: float,

@@ -25,6 +25,15 @@ residual left) and every watermark is at the end of time; ``--max_batches`` and
 ``--streaming_timeout_seconds`` bound it otherwise. Bundle finalizations are called after
 each batch's output is written.
 
+Draining (:meth:`StreamingExecution.drain`: ``result.drain()``, SIGTERM with
+``--on_signal=drain``, the job server's Drain) takes effect between two batches: the sources
+take no new input (a TestStream ends where it is, the splittable DoFns' residuals are
+dropped, so a Kafka read plans no further offsets), every watermark advances to the end of
+time, and the batches that follow settle as a TestStream's do, so every open window fires
+its final pane and every event-time timer runs; their output is written and committed, a
+final checkpoint is written, and the run ends (DONE). Started again on its checkpoint, a
+drained job is at its end and emits nothing.
+
 With ``--checkpoint_dir`` keyed state is durable at every batch (each task writes what it
 changed there), the loop is checkpointed every ``--checkpoint_interval_batches`` batches and
 when it stops by itself, and resumes from the latest checkpoint when started again
@@ -38,6 +47,7 @@ the executors.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
@@ -102,6 +112,8 @@ class StreamingExecution:
         self.state: Optional[StreamingState] = None
         self.batches = 0
         self._planned: Optional[PlannedSources] = None
+        self._drain_requested = threading.Event()
+        self.draining = False  # the loop has started draining
 
     @property
     def plan(self) -> ExecutionPlan:
@@ -114,6 +126,11 @@ class StreamingExecution:
 
     def cancel(self) -> None:
         self.context.cancelled.set()
+        self._drain_requested.set()  # wakes the loop waiting for its next batch
+
+    def drain(self) -> None:
+        """Ask the loop to drain (see the module docstring); returns at once."""
+        self._drain_requested.set()
 
     def run(self) -> None:
         self.context.start()
@@ -138,6 +155,9 @@ class StreamingExecution:
         state = self.state
         while True:
             self.context.check_cancelled()
+            if self._drain_requested.is_set() and not self.draining:
+                self._start_draining(sources)
+                settle = True
             batch_started = time.time()
             chunks: Dict[bytes, List[bytes]] = {}
             advance = 0.0
@@ -153,11 +173,13 @@ class StreamingExecution:
                     state.watermarks.sources[buffer_id] = source.watermarks[tag]
             checkpoint = checkpoints.is_due(self.batches + 1)
             self.context.batch = self.batches
+            self.context.names.start_batch(self.batches)
             jobs_before = self.context.jobs + state.residuals.jobs
             rounds, compact = self._run_batch(chunks, clock, settle)
             # The batch's output is written: its bundles' finalizations run, and sources
             # that plan their batches hear that it is.
-            state.residuals.finalize()
+            with self.context.names.job("bundle finalization (sources commit what they read)"):
+                state.residuals.finalize()
             self._planned.done()
             delivered = _test_stream_elements(sources, chunks) + sum(
                 state.residuals.elements.values())
@@ -177,10 +199,25 @@ class StreamingExecution:
             if self.timeout is not None and time.time() - started >= self.timeout:
                 _LOGGER.info("streaming: stopping after %.1f s (timeout)", self.timeout)
                 break
-            if not sources:
-                time.sleep(max(0.0, self.batch_interval - (time.time() - batch_started)))
+            if not sources and not self.draining:
+                self._drain_requested.wait(
+                    max(0.0, self.batch_interval - (time.time() - batch_started)))
         if checkpoints.enabled and checkpoints.written_batch != self.batches:
             checkpoints.write(self, sources, clock)
+        if self.draining:
+            _LOGGER.info("streaming: drained after batch %d%s", self.batches - 1,
+                         f"; final checkpoint in {checkpoints.directory}"
+                         if checkpoints.enabled else "")
+
+    def _start_draining(self, sources: List[TestStreamSource]) -> None:
+        """Sources take no new input, and their watermarks go to the end of time."""
+        self.draining = True
+        for source in sources:
+            source.drain()
+        dropped = self.state.residuals.drain()
+        _LOGGER.info("streaming: draining after batch %d: the sources take no new input (%d "
+                     "unread restrictions dropped), watermarks advance to the end of time, "
+                     "open windows fire their final panes", self.batches - 1, dropped)
 
     def _plan_sources(self, checkpoints: Checkpoints, clock: float) -> float:
         """Plan what the sources that plan their batches read in this one (Kafka: an offset
@@ -190,7 +227,7 @@ class StreamingExecution:
         as they were). Returns the batch's clock; ``state.planned_records`` says how many
         records the plan reads."""
         state = self.state
-        if not self._planned:
+        if not self._planned or self.draining:
             state.planned_records = 0
             return clock
         logged = checkpoints.logged_plan(self.batches)
@@ -260,7 +297,8 @@ class StreamingExecution:
         self.context.release()
         if self.state is not None and self.state.steps:
             try:
-                removed = self.state.placement.remove_state(self.state.run)
+                with self.context.names.job("remove the run's keyed state from the executors"):
+                    removed = self.state.placement.remove_state(self.state.run)
                 _LOGGER.debug("streaming: removed the run's state from %d executor directories",
                               removed)
             except Exception as error:  # the context may be stopping; Spark removes its

@@ -76,6 +76,14 @@ class TestStreamSource:
             return {}, float(event.advance_by)
         raise ValueError(f"unknown TestStream event {event!r}")
 
+    def drain(self) -> None:
+        """End the stream here, as if its remaining events were one advance of every
+        watermark to the end of time (the run is being drained)."""
+        self._position = len(self.events)
+        for tag in self.watermarks:
+            self.watermarks[tag] = MAX_TIMESTAMP
+        self.finished = True
+
     def snapshot(self) -> Dict[str, Any]:
         """The source's position as plain data, for a checkpoint."""
         return {"kind": "test_stream", "stage": self.name, "events": len(self.events),

@@ -151,6 +151,14 @@ class CarriedResiduals:
     def pending(self) -> int:
         return sum(len(residuals) for residuals in self.residuals.values())
 
+    def drain(self) -> int:
+        """Drop every residual: the splittable DoFns read nothing more (Beam truncates an
+        unbounded restriction to nothing on drain), so their watermarks hold nothing back.
+        Returns how many were dropped."""
+        dropped = self.pending()
+        self.residuals = {}
+        return dropped
+
     # ----- one batch
     def next_batch(self) -> None:
         """A new micro-batch starts (every earlier one has been written)."""
