@@ -9,7 +9,11 @@ Start it, then submit pipelines with Beam's own portable client::
 One gRPC port serves the JobService (Prepare, Run, GetState, GetStateStream,
 GetMessageStream, GetJobMetrics, Cancel, GetJobs, GetPipeline, DescribePipelineOptions) and
 the ArtifactStagingService. The server binds 127.0.0.1 unless ``--host`` says otherwise;
-``--port 0`` picks a free port. It prints ``Job server listening on HOST:PORT`` once ready.
+``--port 0`` picks a free port. The Job API has no authentication and whoever submits a job
+runs code on the cluster, so a ``--host`` other than loopback (127.0.0.0/8, ::1, localhost)
+is refused unless ``--allow_remote_clients`` is given too (and then logged as a WARNING).
+From another machine, reach a loopback server through an SSH tunnel
+(``ssh -L 8099:localhost:8099 HOST``) or an authenticating proxy (docs/SECURITY.md). It prints ``Job server listening on HOST:PORT`` once ready.
 Every job runs on the server's SparkContext (``--spark_master_url``, ``--spark_conf``); see
 :mod:`runners.spark.job_server.service` for environments, states and what a job may set.
 
@@ -32,6 +36,7 @@ In process:
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import socket
@@ -124,6 +129,23 @@ def create_spark_context(master: str, spark_conf: Optional[Sequence[str]] = None
     return SparkContext.getOrCreate(SparkConf().setAll(settings.items()))
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only: 127.0.0.0/8, ::1 or ``localhost``. Any other
+    name counts as remote (it may resolve to an address other machines reach).
+
+    >>> [is_loopback(host) for host in ("127.0.0.1", "127.1.2.3", "[::1]", "localhost",
+    ...                                 "0.0.0.0", "::", "192.168.1.5", "myhost")]
+    [True, True, True, True, False, False, False, False]
+    """
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 def _check_port_free(host: str, port: int) -> None:
     """OSError now, before Spark starts, if a given port is taken (0: any port, fine)."""
     if not port:
@@ -146,15 +168,27 @@ class SparkJobServer:
       spark_context: the SparkContext jobs run on; by default one is created for
         ``spark_master_url`` and ``spark_conf`` and stopped with the server.
       staging_dir: where staged artifacts go (default: a temporary folder, removed on stop).
+      allow_remote_clients: needed to bind anything but loopback (see :func:`is_loopback`):
+        the Job API authenticates no one, and whoever submits a job runs code on the
+        cluster. Without it such a ``host`` is a ValueError; with it, a WARNING at start.
     """
 
     def __init__(self, port: int = 8099, host: str = "127.0.0.1",
                  spark_master_url: str = spark_options.DEFAULT_MASTER,
                  spark_conf: Optional[Sequence[str]] = None, spark_context: Any = None,
                  staging_dir: Optional[str] = None,
-                 max_workers: int = DEFAULT_MAX_WORKERS) -> None:
+                 max_workers: int = DEFAULT_MAX_WORKERS,
+                 allow_remote_clients: bool = False) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port={port}: give a TCP port between 0 and 65535 (0: any free one)")
+        if not is_loopback(host) and not allow_remote_clients:
+            raise ValueError(
+                f"--host {host} would serve the Job API beyond this machine, and it "
+                "authenticates no one: whoever connects runs code on the cluster. Keep the "
+                "default (127.0.0.1) and reach it through an SSH tunnel (ssh -L "
+                "8099:localhost:8099 HOST) or an authenticating proxy, or pass "
+                "--allow_remote_clients (allow_remote_clients=True) to bind it anyway")
+        self.allow_remote_clients = allow_remote_clients
         spark_options.parse_spark_conf(list(spark_conf or []))  # fail early on a bad entry
         self.host = host
         self.requested_port = port
@@ -184,6 +218,12 @@ class SparkJobServer:
         that never starts)."""
         if self._staging_dir is None:
             self._staging_dir = tempfile.mkdtemp(prefix="beam-spark-staging-")
+        if not is_loopback(self.host):
+            _LOGGER.warning(
+                "The job server binds %s (--allow_remote_clients): anyone who can reach this "
+                "port can submit a job, and so run code on the Spark cluster, with no "
+                "authentication. Allow only trusted networks to it (a firewall), or bind "
+                "127.0.0.1 and use an SSH tunnel or an authenticating proxy", self.host)
         _check_port_free(self.host, self.requested_port)
         if self._spark_context is None:
             self._spark_context = create_spark_context(self._master, self._spark_conf)
@@ -240,7 +280,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="Port of the Job API and artifact staging (0: a free one). "
                              "Default: 8099.")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="Address to bind. Default: 127.0.0.1 (this machine only).")
+                        help="Address to bind. Default: 127.0.0.1 (this machine only); "
+                             "anything but loopback needs --allow_remote_clients.")
+    parser.add_argument("--allow_remote_clients", action="store_true",
+                        help="Allow a --host other machines reach. The Job API authenticates "
+                             "no one: whoever connects runs code on the cluster. Prefer an "
+                             "SSH tunnel or an authenticating proxy to a loopback server.")
     parser.add_argument("--spark_master_url", default=spark_options.DEFAULT_MASTER,
                         help="Spark master every job runs on. Default: local[*].")
     parser.add_argument("--spark_conf", action="append", default=[], metavar="KEY=VALUE",
@@ -258,7 +303,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         server = SparkJobServer(port=args.port, host=args.host,
                                 spark_master_url=args.spark_master_url,
-                                spark_conf=args.spark_conf, staging_dir=args.staging_dir)
+                                spark_conf=args.spark_conf, staging_dir=args.staging_dir,
+                                allow_remote_clients=args.allow_remote_clients)
     except ValueError as error:
         _parser().error(str(error))
     try:
