@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import textwrap
 import threading
+import time
 from typing import Any, Dict, List
 
 import apache_beam as beam
@@ -23,6 +27,7 @@ from apache_beam.testing import test_stream as streams
 from apache_beam.transforms.trigger import AccumulationMode, AfterCount, AfterWatermark
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
+from project import PYTHON, QUICK_JVM_OPTIONS, REPO
 from runners.spark import SparkRunner
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from triggers.panes import DescribePanes
@@ -189,3 +194,61 @@ def test_a_batch_run_has_no_progress_listeners(spark_session):  # noqa: F811
             result.add_listener(print)
     finally:
         assert result.wait_until_finish() == PipelineState.DONE
+
+
+#: A driver that runs a long TestStream job with --on_signal=drain and prints its end state.
+_SIGNALLED_DRIVER = textwrap.dedent('''
+    import sys
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+
+    from runners.spark import SparkRunner
+
+    output, events, *flags = sys.argv[1:]
+
+
+    def append_line(number):
+        with open(output, "a") as lines:
+            lines.write(f"{number}\\n")
+
+
+    stream = TestStream()
+    for number in range(int(events)):  # one micro-batch each: minutes of batches
+        stream = stream.add_elements([TimestampedValue(number, number)])
+    pipeline = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(flags))
+    _ = pipeline | stream | beam.Map(append_line)
+    print("END", pipeline.run().wait_until_finish(), flush=True)
+''')
+#: Events of the signalled job: far more batches than the test waits for.
+_SIGNALLED_EVENTS = 5000
+
+
+def test_sigterm_drains_a_job_run_with_on_signal_drain(tmp_path):
+    output = tmp_path / "numbers.txt"
+    script = tmp_path / "driver.py"
+    script.write_text(_SIGNALLED_DRIVER)
+    driver = subprocess.Popen(
+        [PYTHON, str(script), str(output), str(_SIGNALLED_EVENTS), "--streaming",
+         "--on_signal=drain", "--spark_master_url=local[1]", *QUICK_JVM_OPTIONS],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (output.exists() and len(output.read_text().splitlines()) >= 3):
+            assert driver.poll() is None, driver.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no micro-batch ran within 4 minutes"
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGTERM)
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    assert "END DONE" in stdout
+    assert "SIGTERM: draining the pipeline" in stderr
+    numbers = [int(line) for line in output.read_text().splitlines()]
+    assert 3 <= len(numbers) < _SIGNALLED_EVENTS  # no new input after the signal
+    assert sorted(numbers) == list(range(len(numbers)))
