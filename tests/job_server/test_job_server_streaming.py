@@ -107,28 +107,38 @@ SUBMIT_AND_LEAVE = textwrap.dedent('''
 EVENTS = 5000
 
 
-def test_a_streaming_job_outlives_its_client_and_cancel_stops_its_loop(
-        job_endpoint, tmp_path):  # noqa: F811
+def submit_and_leave(job_endpoint: str, tmp_path) -> tuple:
+    """Submit the long streaming job with Beam's own SparkRunner client (a job endpoint,
+    ``--streaming``) from a client process that exits; returns (job id, its output file)."""
     output = tmp_path / "numbers.txt"
     script = tmp_path / "submit_and_leave.py"
     script.write_text(SUBMIT_AND_LEAVE)
-    # Beam's own SparkRunner client with a job endpoint, in streaming.
     submitted = subprocess.run(
         [sys.executable, str(script), str(output), str(EVENTS), "--runner=SparkRunner",
          f"--job_endpoint={job_endpoint}", "--streaming"],
         cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
-    job_id = submitted.stdout.split()[-1]
+    return submitted.stdout.split()[-1], output
+
+
+def wait_for_batches(output, service, request) -> None:
+    """Wait until the job has written 3 numbers (3 batches), running all along."""
+    deadline = time.monotonic() + 600
+    while not (output.exists() and len(output.read_text().splitlines()) >= 3):
+        assert service.GetState(request).state in (JobState.STOPPED, JobState.RUNNING)
+        assert time.monotonic() < deadline, "no micro-batch ran within 10 minutes"
+        time.sleep(0.5)
+
+
+def test_a_streaming_job_outlives_its_client_and_cancel_stops_its_loop(
+        job_endpoint, tmp_path):  # noqa: F811
+    job_id, output = submit_and_leave(job_endpoint, tmp_path)
 
     # The client has exited; a new one finds the job running, its batches going on.
     with grpc.insecure_channel(job_endpoint) as channel:
         service = beam_job_api_pb2_grpc.JobServiceStub(channel)
         request = beam_job_api_pb2.GetJobStateRequest(job_id=job_id)
-        deadline = time.monotonic() + 600
-        while not (output.exists() and len(output.read_text().splitlines()) >= 3):
-            assert service.GetState(request).state in (JobState.STOPPED, JobState.RUNNING)
-            assert time.monotonic() < deadline, "no micro-batch ran within 10 minutes"
-            time.sleep(0.5)
+        wait_for_batches(output, service, request)
         assert service.GetState(request).state == JobState.RUNNING
         listed = {job.job_id: job.state for job in
                   service.GetJobs(beam_job_api_pb2.GetJobsRequest()).job_info}
@@ -148,22 +158,11 @@ def test_a_streaming_job_outlives_its_client_and_cancel_stops_its_loop(
 
 def test_drain_through_the_job_server_stops_the_input_and_ends_done(
         job_endpoint, tmp_path):  # noqa: F811
-    output = tmp_path / "numbers.txt"
-    script = tmp_path / "submit_and_leave.py"
-    script.write_text(SUBMIT_AND_LEAVE)
-    submitted = subprocess.run(
-        [sys.executable, str(script), str(output), str(EVENTS), "--runner=SparkRunner",
-         f"--job_endpoint={job_endpoint}", "--streaming"],
-        cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
-    assert submitted.returncode == 0, submitted.stderr[-3000:]
-    job_id = submitted.stdout.split()[-1]
+    job_id, output = submit_and_leave(job_endpoint, tmp_path)
     with grpc.insecure_channel(job_endpoint) as channel:
         service = beam_job_api_pb2_grpc.JobServiceStub(channel)
         request = beam_job_api_pb2.GetJobStateRequest(job_id=job_id)
-        deadline = time.monotonic() + 600
-        while not (output.exists() and len(output.read_text().splitlines()) >= 3):
-            assert time.monotonic() < deadline, "no micro-batch ran within 10 minutes"
-            time.sleep(0.5)
+        wait_for_batches(output, service, request)
         drained = service.Drain(beam_job_api_pb2.DrainJobRequest(job_id=job_id))
         assert drained.state in (JobState.DRAINING, JobState.DONE)
         history = [event.state for event in service.GetStateStream(request)]
