@@ -33,6 +33,7 @@ from runners.spark.metrics import MonitoringInfoAccumulator
 from runners.spark.result import ProgressListener, SparkPipelineResult
 from runners.spark.streaming.loop import StreamingExecution
 from runners.spark.streaming.storage import DurableStorage
+from runners.spark.streaming.update import NameMapping
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -115,7 +116,9 @@ class SparkRunner(PipelineRunner):
                 timeout=view.streaming_timeout_seconds, report_path=view.streaming_report,
                 checkpoint_storage=checkpoint_storage,
                 checkpoint_interval=view.checkpoint_interval_batches,
-                compact_rounds=view.streaming_compact_rounds)
+                compact_rounds=view.streaming_compact_rounds,
+                name_mapping=NameMapping.of(
+                    options.get_all_options().get("transform_name_mapping")))
         else:
             execution = PlanExecution(
                 spark_context, plan, accumulator, parallelism=parallelism,

@@ -290,9 +290,10 @@ def test_killed_driver_resumes_from_its_checkpoint_with_the_same_panes(runner, t
     other = beam.Pipeline(runner=runner,
                           options=streaming_options(checkpoint_dir=str(checkpoint_dir)))
     build(other, str(tmp_path), window_seconds=5)
-    with pytest.raises(CheckpointMismatchError, match="written by another pipeline") as error:
+    with pytest.raises(CheckpointMismatchError, match="state cannot carry over") as error:
         other.run().wait_until_finish()
     assert str(checkpoint_dir) in str(error.value)
+    assert "step 'Sum/GroupByKey': its window changed" in str(error.value)
     assert "empty --checkpoint_dir" in str(error.value)
     # ... and to this one once it claims state of another version.
     final = latest_checkpoint(str(checkpoint_dir))

@@ -35,11 +35,14 @@ older checkpoints and state files no manifest names any more are deleted only on
 manifest is written. A restarted driver's tasks rebuild each key partition's store from its
 chain (:mod:`~runners.spark.streaming.state_store`). A checkpoint is refused when read back
 by a runner of another checkpoint format or state version (:class:`CheckpointError`,
-:class:`~runners.spark.streaming.state.StateVersionError`), or when the pipeline differs
-(:class:`CheckpointMismatchError`): the fingerprint covers the fused stages, their buffers,
-coders, windowing strategies, state and timer specs and TestStream events, but not the code
-inside DoFns (a fixed bug in a DoFn may resume from its checkpoint). Transform names are
-part of it: name transforms (``"Sum" >> ...``), as Beam's pipeline update also requires.
+:class:`~runners.spark.streaming.state.StateVersionError`). A checkpoint of another version
+of the pipeline (its fingerprint, over the fused stages, buffers, coders, windowing, state
+and timer specs and TestStream events, differs; DoFn code is not part of it) is an update
+(:mod:`~runners.spark.streaming.update`): it resumes when every step holding state has its
+counterpart, by name or through ``--transform_name_mapping``, with the same coders,
+windowing and specs, and is refused otherwise (:class:`IncompatibleUpdateError`, naming
+each step and why). Name the transforms that hold state (``"Sum" >> ...``), as Beam's
+pipeline update also requires.
 
 Delivery: outputs of the batches after the latest checkpoint and before a crash are emitted
 again on restart (at-least-once between checkpoints, rollback recovery). A TestStream resumes
@@ -67,19 +70,19 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from runners.spark.beam_internals import (
-    PAR_DO_URNS,
-    DistributionData,
-    beam_fn_api_pb2,
-    beam_runner_api_pb2,
-    monitoring_infos,
-)
+from runners.spark.beam_internals import DistributionData, monitoring_infos
 from runners.spark.metrics import pack
-from runners.spark.planning import SDK_STAGE, TEST_STREAM_STAGE, ExecutionPlan
+from runners.spark.planning import ExecutionPlan
 from runners.spark.streaming.state import STATE_VERSION, StateVersionError
 from runners.spark.streaming.state_files import file_name
-from runners.spark.streaming.state_store import partition_directory_name, step_directory_name
+from runners.spark.streaming.state_store import partition_directory_name
 from runners.spark.streaming.storage import DurableStorage
+from runners.spark.streaming.update import (
+    NameMapping,
+    PipelineUpdate,
+    describe,
+    pipeline_fingerprint,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -105,6 +108,11 @@ class CheckpointError(ValueError):
 
 class CheckpointMismatchError(CheckpointError):
     """A checkpoint written by another pipeline than the one being run."""
+
+
+class IncompatibleUpdateError(CheckpointMismatchError):
+    """A checkpoint of an earlier version of the pipeline whose state cannot carry over to
+    this one (:mod:`~runners.spark.streaming.update`); the message names each step and why."""
 
 
 def checkpoint_name(batch: int) -> str:
@@ -151,42 +159,6 @@ def read_manifest(path: str, storage: Optional[DurableStorage] = None) -> Dict[s
     return manifest
 
 
-def pipeline_fingerprint(plan: ExecutionPlan) -> str:
-    """A digest of what a checkpoint's state depends on: stages, buffers, coders, windowing,
-    state and timer specs, TestStream events (not DoFn code). Stable across processes."""
-    digest = hashlib.sha256()
-
-    def add(*parts: Any) -> None:
-        digest.update(repr(parts).encode("utf-8"))
-
-    # By name: the fused stages' order (their index) may differ from process to process.
-    for stage in sorted(plan.stages, key=lambda stage: stage.name):
-        add(stage.name, stage.kind, stage.keyed, stage.inputs, stage.outputs,
-            stage.side_inputs, stage.timer_families, stage.output_coder_id, stage.output_coders)
-        if stage.kind == TEST_STREAM_STAGE:
-            add(stage.descriptor)
-        elif stage.kind == SDK_STAGE and stage.descriptor:
-            descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
-            for name, transform in sorted(descriptor.transforms.items()):
-                add(name, transform.spec.urn, sorted(transform.inputs.items()),
-                    sorted(transform.outputs.items()))
-                if transform.spec.urn in PAR_DO_URNS:
-                    payload = beam_runner_api_pb2.ParDoPayload.FromString(
-                        transform.spec.payload)
-                    add(sorted((name, spec.SerializeToString(deterministic=True))
-                               for name, spec in payload.state_specs.items()),
-                        sorted((name, spec.SerializeToString(deterministic=True))
-                               for name, spec in payload.timer_family_specs.items()))
-    for buffer_id, group in sorted(plan.groups.items()):
-        add(buffer_id, group)
-    components = plan.components
-    for coder_id, coder in sorted(components.coders.items()):
-        add(coder_id, coder.spec.urn, tuple(coder.component_coder_ids))
-    for strategy_id, strategy in sorted(components.windowing_strategies.items()):
-        add(strategy_id, strategy.SerializeToString(deterministic=True))
-    return digest.hexdigest()
-
-
 class _PlainUnpickler(pickle.Unpickler):
     """Reads plain data only: a checkpoint naming any class or function is refused."""
 
@@ -201,10 +173,12 @@ class Checkpoints:
       storage: ``--checkpoint_dir`` as durable storage, or None: no checkpoints.
       interval: write one every this many batches (``--checkpoint_interval_batches``).
       plan: the run's plan (its fingerprint guards against resuming another pipeline).
+      name_mapping: ``--transform_name_mapping``, for resuming the checkpoint of an earlier
+        version of the pipeline whose steps had other names.
     """
 
     def __init__(self, storage: Optional[DurableStorage], interval: int,
-                 plan: ExecutionPlan) -> None:
+                 plan: ExecutionPlan, name_mapping: NameMapping = NameMapping()) -> None:
         if interval < 1:
             raise ValueError(f"--checkpoint_interval_batches={interval}: give a positive "
                              "whole number")
@@ -212,7 +186,20 @@ class Checkpoints:
         self.interval = interval
         self.plan = plan
         self.fingerprint = pipeline_fingerprint(plan) if storage else ""
+        self.name_mapping = name_mapping
         self.written_batch: Optional[int] = None
+        self._description: Optional[Dict[str, Any]] = None
+        #: the update from the checkpoint resumed (None: it was this pipeline's)
+        self.update: Optional[PipelineUpdate] = None
+        self._updated_from = ""  # the fingerprint of the pipeline updated from
+
+    @property
+    def description(self) -> Dict[str, Any]:
+        """This pipeline as an update sees it (:func:`~runners.spark.streaming.update.
+        describe`), kept in every manifest."""
+        if self._description is None:
+            self._description = describe(self.plan)
+        return self._description
 
     @property
     def enabled(self) -> bool:
@@ -252,6 +239,10 @@ class Checkpoints:
         manifest = read_manifest(path, self.storage)
         self._check(path, manifest)
         data = self._read_data(path, manifest)
+        if manifest.get("fingerprint") != self.fingerprint:
+            data = self._updated(path, manifest, data)
+        # Bundles keep their names across restarts and updates (exactly-once sinks).
+        execution.context.run_name = manifest.get("run_name", execution.context.run_name)
         # Sources by their stage's name: the fused stages' order may differ between drivers.
         snapshots = {snapshot.get("stage"): snapshot for snapshot in data["sources"]}
         names = [getattr(source, "name", None) for source in sources]
@@ -299,15 +290,30 @@ class Checkpoints:
                 f"checkpoint {path} holds streaming state of version "
                 f"{manifest.get('state_version')}; this runner reads version {STATE_VERSION}: "
                 f"{self._what_to_do()}")
-        if manifest.get("fingerprint") != self.fingerprint:
-            ours = {stage.name for stage in self.plan.stages}
-            theirs = set(manifest.get("stages", []))
-            differences = sorted(theirs - ours)[:3] + sorted(ours - theirs)[:3]
+
+    def _updated(self, path: str, manifest: Dict[str, Any],
+                 data: Dict[str, Any]) -> Dict[str, Any]:
+        """The checkpoint of another version of the pipeline: its data in this pipeline's
+        names, or :class:`IncompatibleUpdateError` naming every step that cannot carry
+        over."""
+        if "pipeline" not in manifest:  # written before checkpoints described their pipeline
             raise CheckpointMismatchError(
                 f"checkpoint {path} was written by another pipeline (fingerprint "
-                f"{str(manifest.get('fingerprint'))[:12]}, this pipeline {self.fingerprint[:12]}"
-                + (f"; stages differ: {differences}" if differences else "")
-                + f"): {self._what_to_do()}")
+                f"{str(manifest.get('fingerprint'))[:12]}, this pipeline {self.fingerprint[:12]})"
+                f": {self._what_to_do()}")
+        update = PipelineUpdate(manifest["pipeline"], self.description, self.name_mapping)
+        update.check_data(data)
+        if update.problems:
+            raise IncompatibleUpdateError(
+                f"checkpoint {path} was written by another version of this pipeline, and its "
+                "state cannot carry over:\n  - " + "\n  - ".join(update.problems)
+                + f"\nMake those steps as they were, or {self._what_to_do()}")
+        _LOGGER.info("streaming: %s was written by another version of this pipeline; its "
+                     "state carries over (%s)", path,
+                     ", ".join(sorted(update.carried())) or "no step holds state")
+        self.update = update
+        self._updated_from = manifest["fingerprint"]
+        return update.translate(data)
 
     def _read_data(self, path: str, manifest: Dict[str, Any]) -> Dict[str, Any]:
         try:
@@ -351,10 +357,12 @@ class Checkpoints:
         except (OSError, ValueError) as error:
             raise CheckpointError(f"the plan of batch {batch} in {path} is unreadable "
                                   f"({error}): {self._what_to_do()}") from error
-        if entry.get("fingerprint") != self.fingerprint:
-            raise CheckpointMismatchError(f"the plan of batch {batch} in {path} was logged by "
-                                          f"another pipeline: {self._what_to_do()}")
         names = {int(index): name for index, name in entry["stage_names"].items()}
+        if entry.get("fingerprint") != self.fingerprint:
+            if self.update is None or entry.get("fingerprint") != self._updated_from:
+                raise CheckpointMismatchError(f"the plan of batch {batch} in {path} was logged "
+                                              f"by another pipeline: {self._what_to_do()}")
+            names = self.update.stage_names(names)
         residuals = _reindexed_residuals(entry["residuals"].encode("utf-8"), names,
                                          {stage.name: stage.index for stage in self.plan.stages})
         return entry["clock"], residuals, entry.get("planned_records")
@@ -389,6 +397,7 @@ class Checkpoints:
             "state_bytes": {step.name: step.state_bytes for step in state.steps.values()},
             "state_keys": {step.name: step.keys for step in state.steps.values()},
             "stages": [stage.name for stage in self.plan.stages],
+            "pipeline": self.description, "run_name": execution.context.run_name,
         }
         path = self.storage.join(checkpoint_name(batch))
         self.storage.write(self.storage.join(path, DATA), data)
@@ -418,7 +427,7 @@ class Checkpoints:
         self.storage.delete(paths)
 
     def _state_file_paths(self, step: Any, files: List[Tuple[int, Any]]) -> List[str]:
-        base = self.storage.join(STATE_DIRECTORY, step_directory_name(step.name))
+        base = self.storage.join(STATE_DIRECTORY, step.directory)
         return [self.storage.join(base, partition_directory_name(partition), file_name(entry))
                 for partition, entry in files]
 

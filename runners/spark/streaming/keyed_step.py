@@ -26,6 +26,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.records import StepReport
 from runners.spark.streaming.state_files import StateFile, snapshot_due
+from runners.spark.streaming.state_store import step_directory_name
 
 
 class KeyedStep:
@@ -39,6 +40,9 @@ class KeyedStep:
     def __init__(self, name: str, holds: bool) -> None:
         self.name = name
         self.holds = holds
+        #: where its state files are, in the checkpoint location: named after the step that
+        #: first wrote them (an updated pipeline may have renamed it)
+        self.directory = step_directory_name(name)
         self.input_watermark = MIN_TIMESTAMP
         self.output_watermark = MIN_TIMESTAMP
         self.hold = MAX_TIMESTAMP
@@ -137,7 +141,8 @@ class KeyedStep:
     # ----- checkpoints
     def snapshot(self) -> Dict[str, Any]:
         """The step as plain data, for a checkpoint manifest."""
-        return {"name": self.name, "input_watermark": self.input_watermark.micros,
+        return {"name": self.name, "directory": self.directory,
+                "input_watermark": self.input_watermark.micros,
                 "output_watermark": self.output_watermark.micros, "hold": self.hold.micros,
                 "keys": self.keys, "state_bytes": self.state_bytes,
                 "next_event_wake": self.next_event_wake,
@@ -154,6 +159,7 @@ class KeyedStep:
                 for partition, chain in sorted(self.chains.items())}
 
     def restore(self, snapshot: Dict[str, Any]) -> None:
+        self.directory = snapshot.get("directory") or step_directory_name(snapshot["name"])
         self.input_watermark = Timestamp(micros=snapshot["input_watermark"])
         self.output_watermark = Timestamp(micros=snapshot["output_watermark"])
         self.hold = Timestamp(micros=snapshot["hold"])

@@ -63,6 +63,7 @@ from runners.spark.streaming.planned_sources import PlannedSources
 from runners.spark.streaming.state import processing_micros
 from runners.spark.streaming.storage import DurableStorage
 from runners.spark.streaming.test_stream import TestStreamSource
+from runners.spark.streaming.update import NameMapping
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class StreamingExecution:
       checkpoint_interval: batches between checkpoints.
       compact_rounds: run small rounds in one task on a local master (see :mod:`~runners.
         spark.streaming.compact_round`).
+      name_mapping: ``--transform_name_mapping``: resuming the checkpoint of an earlier
+        version of the pipeline, its steps' old names -> new (see :mod:`~runners.spark.
+        streaming.update`).
     """
 
     def __init__(self, spark_context: Any, plan: ExecutionPlan, metrics: Any, parallelism: int,
@@ -98,7 +102,8 @@ class StreamingExecution:
                  max_batches: Optional[int] = None, timeout: Optional[float] = None,
                  report_path: Optional[str] = None,
                  checkpoint_storage: Optional[DurableStorage] = None,
-                 checkpoint_interval: int = 10, compact_rounds: bool = True) -> None:
+                 checkpoint_interval: int = 10, compact_rounds: bool = True,
+                 name_mapping: NameMapping = NameMapping()) -> None:
         check_durable_state(spark_context.master, plan, checkpoint_storage)
         self.context = RunContext(spark_context, plan, metrics, parallelism, bundle_size)
         self.batch_interval = batch_interval
@@ -108,6 +113,7 @@ class StreamingExecution:
         self.checkpoint_storage = checkpoint_storage
         self.checkpoint_interval = checkpoint_interval
         self.compact_rounds = compact_rounds
+        self.name_mapping = name_mapping
         self.resumed_from = 0  # the batch of the checkpoint this run resumed from
         self.state: Optional[StreamingState] = None
         self.batches = 0
@@ -134,7 +140,8 @@ class StreamingExecution:
 
     def run(self) -> None:
         self.context.start()
-        checkpoints = Checkpoints(self.checkpoint_storage, self.checkpoint_interval, self.plan)
+        checkpoints = Checkpoints(self.checkpoint_storage, self.checkpoint_interval, self.plan,
+                                  self.name_mapping)
         if checkpoints.enabled:  # a restart from the checkpoint names its bundles as before
             self.context.run_name = checkpoints.run_name
         # Stores of this run on the executors: a fresh directory, rebuilt from the

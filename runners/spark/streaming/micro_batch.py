@@ -54,7 +54,6 @@ from runners.spark.streaming.side_input_readiness import (
     split_ready,
 )
 from runners.spark.streaming.state import processing_micros
-from runners.spark.streaming.state_store import step_directory_name
 from runners.spark.streaming.stateful import process_stateful_partition
 from runners.spark.streaming.storage import DurableStorage
 from runners.spark.streaming.unbounded import CarriedResiduals
@@ -116,7 +115,7 @@ class StreamingState:
         """The step's durable state for its tasks (None without a checkpoint location)."""
         if self.storage is None:
             return None
-        directory = self.storage.join(self.state_directory, step_directory_name(step.name))
+        directory = self.storage.join(self.state_directory, step.directory)
         return StepDurability(self.storage, directory, step.partition_chains(partitions),
                               step.snapshots_due())
 
