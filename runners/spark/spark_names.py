@@ -10,8 +10,8 @@ The runner names them instead:
 * every job of a streaming run is in the job group of its micro-batch
   (``<run>-batch-000012``), and every job of a run carries the run's job tag, which is what
   cancelling the run cancels;
-* a job's description names the micro-batch and what the job does (``Beam micro-batch 12,
-  round 1: run Parse + Sum/GroupByKey/Write, Sum/GroupByKey, ...``);
+* a job's description names the micro-batch and what the job does (``Beam micro-batch 12:
+  round 40: run Parse, Sum/GroupByKey, ...``: rounds are numbered across the run);
 * a stage's name lists the fused Beam steps it runs (a shuffle map stage also the step it
   shuffles for: ``Beam: Parse + Sum/GroupByKey/Write -> Sum/GroupByKey``).
 
