@@ -240,7 +240,7 @@ class _Describer:
         windowing = self.context.windowing_strategies.get_by_id(strategy_id)
         proto = self.components.windowing_strategies[strategy_id]
         window_fn = windowing.windowfn
-        fields = ", ".join(f"{name}={value!r}" for name, value in sorted(vars(window_fn).items())
+        fields = ", ".join(f"{name}={value!r}" for name, value in sorted(getattr(window_fn, "__dict__", {}).items())
                            if not name.startswith("_"))
         return {"window": f"{type(window_fn).__name__}({fields})",
                 "trigger": repr(windowing.triggerfn),
