@@ -5,6 +5,7 @@ Engines (``--only``):
 - ``spark``: the Beam pipeline on our SparkRunner (``runners.spark.SparkRunner``) with
   ``--spark_master_url`` = ``--master``; reported as unavailable if it cannot be imported.
 - ``pyspark``: the same computation written by hand with RDDs (``bench.baselines``).
+- ``dataframe``: the same computation written by hand with a DataFrame (``bench.baselines``).
 - ``direct``: the Beam pipeline on Beam's DirectRunner (in-process, its defaults).
 
 ``spark`` and ``pyspark`` share one SparkSession (created first; the SparkRunner gets the
@@ -39,7 +40,7 @@ from bench.memory import PeakMemory
 from bench.report import format_table, ratios, write_jsonl
 from bench.workloads import WORKLOADS, EventSet, describe_difference, reference_answer
 
-ENGINES = ("pyspark", "spark", "direct")
+ENGINES = ("pyspark", "dataframe", "spark", "direct")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -66,7 +67,7 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=_count, default=100_000, help="events per run (1e5)")
     parser.add_argument("--only", type=_choices(ENGINES), default=list(ENGINES),
-                        help="engines, comma-separated: pyspark,spark,direct (all)")
+                        help="engines, comma-separated: pyspark,dataframe,spark,direct (all)")
     parser.add_argument("--workloads", type=_choices(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--shards", type=int, default=8, help="generator shards (8)")
@@ -98,7 +99,7 @@ class Engines:
             except Exception as error:  # any import failure means: this row cannot be run
                 self.unavailable["spark"] = (
                     f"runners.spark.SparkRunner is not importable: {type(error).__name__}: {error}")
-        if {"spark", "pyspark"} & set(engines):
+        if {"spark", "pyspark", "dataframe"} & set(engines):
             self.spark_session()
 
     def spark_session(self) -> Any:
@@ -108,21 +109,30 @@ class Engines:
         self.session = bench_session(self.arguments.master, self.arguments.parallelism)
         return self.session
 
-    def run(self, engine: str, workload: str, event_set: EventSet) -> Any:
+    def run(self, engine: str, workload: str, event_set: EventSet,
+            timing: Dict[str, float]) -> Any:
+        """The engine's answer; ``timing["seconds"]``: its run, without reading back the
+        lines it wrote."""
         if engine == "pyspark":
             from bench.baselines import run_pyspark
 
             return run_pyspark(workload, event_set, self.spark_session().sparkContext,
-                               self.arguments.parallelism)
+                               self.arguments.parallelism, timing)
+        if engine == "dataframe":
+            from bench.baselines import run_dataframe
+
+            return run_dataframe(workload, event_set, self.spark_session(),
+                                 self.arguments.parallelism, timing)
         from bench.beam_jobs import run_beam
 
         if engine == "direct":
-            return run_beam(workload, event_set, "DirectRunner")
+            return run_beam(workload, event_set, "DirectRunner", timing=timing)
         options = [f"--spark_master_url={self.arguments.master}",
                    f"--spark_parallelism={self.arguments.parallelism}"]
         if self.arguments.bundle_size:
             options.append(f"--bundle_size={self.arguments.bundle_size}")
-        answer = run_beam(workload, event_set, self.spark_runner_class(), options)
+        answer = run_beam(workload, event_set, self.spark_runner_class(), options,
+                          timing=timing)
         from pyspark import SparkContext
 
         active = SparkContext._active_spark_context
@@ -137,10 +147,11 @@ def measure(engines: Engines, engine: str, workload: str, event_set: EventSet,
     if engine in engines.unavailable:
         return {**record, "status": "unavailable", "note": engines.unavailable[engine]}
     try:
+        timing: Dict[str, float] = {}
         with PeakMemory() as peak:
             began = time.perf_counter()
-            answer = engines.run(engine, workload, event_set)
-            seconds = time.perf_counter() - began
+            answer = engines.run(engine, workload, event_set, timing)
+            seconds = timing.get("seconds", time.perf_counter() - began)
     except Exception as error:
         traceback.print_exc()
         return {**record, "status": "failed", "note": f"{type(error).__name__}: {error}"}

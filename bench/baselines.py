@@ -1,8 +1,16 @@
-"""The workloads written by hand in PySpark RDD code: the yardstick for the SparkRunner.
+"""The workloads written by hand in PySpark, RDDs and DataFrames: the yardstick for the
+SparkRunner.
 
 This is what a PySpark programmer would write: generate each shard in its own partition,
 map every event to ``((team, window_start), score)`` and ``reduceByKey`` (which combines
-within each partition before the shuffle, as Beam's lifted combiners do), or sum the scores.
+within each partition before the shuffle, as Beam's lifted combiners do), or sum the scores;
+the element-wise workloads map or filter each event and write its line as text
+(``saveAsTextFile``), read back for the check. The DataFrame versions
+(:func:`run_dataframe`) build a DataFrame from the same generated events and let Spark SQL
+do the rest (its projection, filter and aggregation run in the JVM).
+
+``timing``, when given, receives ``seconds``: the computation and its output, without the
+read-back of written lines that only the check needs.
 
 >>> from bench.session import bench_session  # doctest: +SKIP
 >>> run_pyspark("global_sum", EventSet(1000), bench_session().sparkContext)  # doctest: +SKIP
@@ -11,14 +19,28 @@ within each partition before the shuffle, as Beam's lifted combiners do), or sum
 
 from __future__ import annotations
 
+import glob
 import operator
-from typing import Any
+import os
+import tempfile
+import time
+from typing import Any, Dict, Optional
 
 from bench.workloads import (
+    CONVERSION_DENOMINATOR,
+    CONVERSION_NUMERATOR,
+    ELEMENT_WISE,
+    FILTER,
+    FILTER_MODULUS,
     GLOBAL_SUM,
+    PROJECTION,
+    WINDOW_SECONDS,
     EventSet,
     check_workload,
+    digest,
+    element_wise,
     generate_shard,
+    output_line,
     window_start,
 )
 
@@ -30,13 +52,78 @@ def _events(event_set: EventSet, spark_context: Any) -> Any:
     )
 
 
-def run_pyspark(workload: str, event_set: EventSet, spark_context: Any, partitions: int = 2) -> Any:
+def _read_lines(directory: str) -> Any:
+    for path in sorted(glob.glob(os.path.join(directory, "part-*"))):
+        with open(path, encoding="utf-8") as lines:
+            yield from (line.rstrip("\n") for line in lines if line.strip())
+
+
+def run_pyspark(workload: str, event_set: EventSet, spark_context: Any, partitions: int = 2,
+                timing: Optional[Dict[str, float]] = None) -> Any:
     """Compute ``workload`` over ``event_set`` with RDDs; the answer as in ``workloads``."""
     check_workload(workload)
+    timing = {} if timing is None else timing
+    began = time.perf_counter()
     events = _events(event_set, spark_context)
     if workload == GLOBAL_SUM:
-        return events.map(lambda event: event[1]).fold(0, operator.add)
-    sums = events.map(
-        lambda event: ((event[0], window_start(event[2])), event[1])
-    ).reduceByKey(operator.add, numPartitions=partitions)
-    return dict(sums.collect())
+        answer = events.map(lambda event: event[1]).fold(0, operator.add)
+    elif workload in ELEMENT_WISE:
+        if workload == PROJECTION:
+            records = events.map(lambda event: element_wise(PROJECTION, event))
+        elif workload == FILTER:
+            records = events.filter(lambda event: element_wise(FILTER, event) is not None)
+        else:
+            records = events
+        with tempfile.TemporaryDirectory(prefix="bench-rdd-") as directory:
+            output = os.path.join(directory, "answer")
+            records.map(output_line).saveAsTextFile(output)
+            timing["seconds"] = time.perf_counter() - began
+            return digest(_read_lines(output))
+    else:
+        sums = events.map(
+            lambda event: ((event[0], window_start(event[2])), event[1])
+        ).reduceByKey(operator.add, numPartitions=partitions)
+        answer = dict(sums.collect())
+    timing["seconds"] = time.perf_counter() - began
+    return answer
+
+
+def run_dataframe(workload: str, event_set: EventSet, spark_session: Any, partitions: int = 2,
+                  timing: Optional[Dict[str, float]] = None) -> Any:
+    """Compute ``workload`` over ``event_set`` with a DataFrame; the answer as in
+    ``workloads``."""
+    from pyspark.sql import functions
+
+    check_workload(workload)
+    timing = {} if timing is None else timing
+    began = time.perf_counter()
+    events = spark_session.createDataFrame(
+        _events(event_set, spark_session.sparkContext),
+        "team string, score long, event_time long")
+    if workload == GLOBAL_SUM:
+        answer = events.agg(functions.sum("score")).collect()[0][0] or 0
+    elif workload in ELEMENT_WISE:
+        team, score, event_time = (functions.col(name)
+                                   for name in ("team", "score", "event_time"))
+        if workload == PROJECTION:
+            fields = [team, event_time,
+                      functions.floor(score * CONVERSION_NUMERATOR / CONVERSION_DENOMINATOR)]
+        else:
+            fields = [team, score, event_time]
+        if workload == FILTER:
+            events = events.where(score % FILTER_MODULUS == 0)
+        # The same compact JSON line as output_line: ["team",1,2].
+        line = functions.concat(functions.lit('["'), fields[0], functions.lit('",'),
+                                fields[1].cast("string"), functions.lit(","),
+                                fields[2].cast("string"), functions.lit("]"))
+        with tempfile.TemporaryDirectory(prefix="bench-dataframe-") as directory:
+            output = os.path.join(directory, "answer")
+            events.select(line.alias("value")).write.text(output)
+            timing["seconds"] = time.perf_counter() - began
+            return digest(_read_lines(output))
+    else:
+        start = functions.col("event_time") - functions.col("event_time") % WINDOW_SECONDS
+        rows = events.groupBy("team", start.alias("start")).agg(functions.sum("score")).collect()
+        answer = {(row[0], row[1]): row[2] for row in rows}
+    timing["seconds"] = time.perf_counter() - began
+    return answer

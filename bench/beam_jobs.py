@@ -4,10 +4,13 @@ Shards are created (``Create`` reshuffles them so they spread over workers), eac
 generates its events, events are stamped with their event time, and then:
 
 - ``keyed_windowed_sum``: ``WindowInto(FixedWindows(60))`` and ``CombinePerKey(sum)``;
-- ``global_sum``: ``CombineGlobally(sum)`` in the global window.
+- ``global_sum``: ``CombineGlobally(sum)`` in the global window;
+- ``pass_through``, ``projection``, ``filter``: nothing, a ``Map``, a ``Filter``; then each
+  record's line (:func:`~bench.workloads.output_line`).
 
 Answers leave the pipeline through ``WriteToText`` into a scratch directory and are read
-back, so the check compares what the runner really wrote, on any runner.
+back, so the check compares what the runner really wrote, on any runner. ``timing``, when
+given, receives ``seconds``: the run, without that read-back.
 
 >>> run_beam("global_sum", EventSet(100), "DirectRunner") == reference_answer(  # doctest: +SKIP
 ...     "global_sum", EventSet(100))
@@ -20,13 +23,27 @@ import glob
 import json
 import os
 import tempfile
-from typing import Any, List, Optional
+import time
+from typing import Any, Dict, List, Optional
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window
 
-from bench.workloads import GLOBAL_SUM, WINDOW_SECONDS, EventSet, check_workload, generate_shard
+from bench.workloads import (
+    ELEMENT_WISE,
+    FILTER,
+    GLOBAL_SUM,
+    PROJECTION,
+    WINDOW_SECONDS,
+    EventSet,
+    check_workload,
+    digest,
+    generate_shard,
+    keep,
+    output_line,
+    project,
+)
 
 
 class _FormatWindowedSum(beam.DoFn):
@@ -50,7 +67,13 @@ def build_workload(pipeline: beam.Pipeline, workload: str, event_set: EventSet, 
         | "Shards" >> beam.Create(event_set.shards())
         | "Generate" >> beam.FlatMap(lambda shard: generate_shard(*shard))
     )
-    if workload == GLOBAL_SUM:
+    if workload in ELEMENT_WISE:
+        if workload == PROJECTION:
+            events = events | "Project" >> beam.Map(project)
+        elif workload == FILTER:
+            events = events | "Filter" >> beam.Filter(keep)
+        lines = events | "Format" >> beam.Map(output_line)
+    elif workload == GLOBAL_SUM:
         lines = (
             events
             | "Scores" >> beam.Map(lambda event: event[1])
@@ -70,6 +93,8 @@ def build_workload(pipeline: beam.Pipeline, workload: str, event_set: EventSet, 
 
 def read_answer(workload: str, output: str) -> Any:
     """Read back what :func:`build_workload` wrote, in the form ``workloads`` defines."""
+    if workload in ELEMENT_WISE:
+        return digest(_lines(output))
     records: List[Any] = []
     for path in sorted(glob.glob(f"{output}*.jsonl")):
         with open(path) as lines:
@@ -86,17 +111,27 @@ def read_answer(workload: str, output: str) -> Any:
     return answer
 
 
+def _lines(output: str) -> Any:
+    for path in sorted(glob.glob(f"{output}*.jsonl")):
+        with open(path, encoding="utf-8") as lines:
+            yield from (line.rstrip("\n") for line in lines if line.strip())
+
+
 def run_beam(
     workload: str,
     event_set: EventSet,
     runner: Any,
     options: Optional[List[str]] = None,
     scratch_dir: Optional[str] = None,
+    timing: Optional[Dict[str, float]] = None,
 ) -> Any:
     """Run ``workload`` on ``runner`` (a name or instance) with ``options``; return the answer."""
     with tempfile.TemporaryDirectory(dir=scratch_dir, prefix="bench-beam-") as directory:
         output = os.path.join(directory, "answer")
+        began = time.perf_counter()
         pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(options or []))
         build_workload(pipeline, workload, event_set, output)
         pipeline.run().wait_until_finish()
+        if timing is not None:
+            timing["seconds"] = time.perf_counter() - began
         return read_answer(workload, output)

@@ -50,11 +50,13 @@ def percentile(values: Sequence[float], fraction: float) -> Optional[float]:
 ENGINE_LABELS = {
     "spark": "Beam on SparkRunner",
     "pyspark": "hand-written PySpark",
+    "dataframe": "hand-written DataFrame",
     "direct": "Beam on DirectRunner",
     "python": "plain Python loop",
 }
 #: (numerator, denominator): throughput ratios worth printing.
-RATIOS = (("spark", "direct"), ("spark", "pyspark"), ("pyspark", "direct"))
+RATIOS = (("spark", "direct"), ("spark", "pyspark"), ("spark", "dataframe"),
+          ("pyspark", "direct"))
 
 
 def ratios(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:

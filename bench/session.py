@@ -56,6 +56,7 @@ def bench_session(master: str = "local[2]", parallelism: int = 2,
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.default.parallelism", str(parallelism))
+        .config("spark.sql.shuffle.partitions", str(parallelism))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     )

@@ -15,6 +15,13 @@ Workloads (the *what* and *where* of the Dataflow model):
 - ``keyed_windowed_sum``: per team, the sum of scores in fixed 60 s event-time windows;
   the answer is ``{(team, window_start): sum}``.
 - ``global_sum``: the sum of every score, in the global window; the answer is an int.
+- ``pass_through`` (Nexmark q0): every event written out as it is;
+- ``projection`` (q1, a currency conversion): ``(team, event_time, score * 89 // 100)``;
+- ``filter`` (q2): the events whose score is a multiple of 7 (about one in seven).
+
+The three element-wise workloads write one JSON line per output record
+(:func:`output_line`); their answer is a :class:`Digest` of the lines (how many, and an
+order-free sum of their CRC-32s), read back from what the engine wrote.
 
 >>> events = EventSet(events=10, seed=1, shard_count=2)
 >>> sum(1 for shard in events.shards() for _ in generate_shard(*shard))
@@ -26,10 +33,12 @@ True
 
 from __future__ import annotations
 
+import json
 import random
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 #: The keys: 20 teams.
 TEAMS: Tuple[str, ...] = tuple(f"team-{number:02d}" for number in range(20))
@@ -41,7 +50,16 @@ EVENT_TIME_SPAN_SECONDS = 2 * 60 * 60
 
 KEYED_WINDOWED_SUM = "keyed_windowed_sum"
 GLOBAL_SUM = "global_sum"
-WORKLOADS: Tuple[str, ...] = (KEYED_WINDOWED_SUM, GLOBAL_SUM)
+PASS_THROUGH = "pass_through"
+PROJECTION = "projection"
+FILTER = "filter"
+#: Workloads that map each event to at most one output record.
+ELEMENT_WISE: Tuple[str, ...] = (PASS_THROUGH, PROJECTION, FILTER)
+WORKLOADS: Tuple[str, ...] = (KEYED_WINDOWED_SUM, GLOBAL_SUM) + ELEMENT_WISE
+#: ``projection``'s conversion of a score (integer: answers stay exact).
+CONVERSION_NUMERATOR, CONVERSION_DENOMINATOR = 89, 100
+#: ``filter`` keeps the events whose score is a multiple of this.
+FILTER_MODULUS = 7
 
 Event = Tuple[str, int, int]
 #: (seed, shard index, number of events in the shard): all a shard needs to be generated.
@@ -85,6 +103,54 @@ def generate_shard(seed: int, shard: int, count: int) -> Iterator[Event]:
         )
 
 
+class Digest(NamedTuple):
+    """An element-wise workload's answer: how many lines, and the sum of their CRC-32s
+    (modulo 2**64; the order of the lines does not matter)."""
+
+    lines: int
+    checksum: int
+
+
+def digest(lines: Iterable[str]) -> Digest:
+    """>>> digest(['["a",1,2]', '["b",3,4]']) == digest(['["b",3,4]', '["a",1,2]'])
+    True
+    """
+    count = checksum = 0
+    for line in lines:
+        count += 1
+        checksum += zlib.crc32(line.encode("utf-8"))
+    return Digest(count, checksum % 2**64)
+
+
+def project(event: Event) -> Tuple[str, int, int]:
+    """``projection``'s record: ``(team, event_time, converted score)``."""
+    team, score, event_time = event
+    return team, event_time, score * CONVERSION_NUMERATOR // CONVERSION_DENOMINATOR
+
+
+def keep(event: Event) -> bool:
+    """``filter``'s predicate."""
+    return event[1] % FILTER_MODULUS == 0
+
+
+def element_wise(workload: str, event: Event) -> Optional[Tuple[Any, ...]]:
+    """The output record of ``event`` in an element-wise workload (None: filtered out)."""
+    if workload == PROJECTION:
+        return project(event)
+    if workload == FILTER:
+        return event if keep(event) else None
+    return event
+
+
+def output_line(record: Tuple[Any, ...]) -> str:
+    """The line an element-wise workload writes for a record: compact JSON.
+
+    >>> output_line(("team-01", 5, 1700000000))
+    '["team-01",5,1700000000]'
+    """
+    return json.dumps(list(record), separators=(",", ":"))
+
+
 def window_start(event_time: int) -> int:
     """Start of the fixed window holding ``event_time`` (windows are aligned to the epoch)."""
     return event_time - event_time % WINDOW_SECONDS
@@ -101,6 +167,10 @@ def reference_answer(workload: str, event_set: EventSet) -> Any:
     check_workload(workload)
     if workload == GLOBAL_SUM:
         return sum(score for shard in event_set.shards() for _, score, _ in generate_shard(*shard))
+    if workload in ELEMENT_WISE:
+        records = (element_wise(workload, event) for shard in event_set.shards()
+                   for event in generate_shard(*shard))
+        return digest(output_line(record) for record in records if record is not None)
     sums: Dict[Tuple[str, int], int] = defaultdict(int)
     for shard in event_set.shards():
         for team, score, event_time in generate_shard(*shard):

@@ -1,0 +1,152 @@
+"""``python -m bench.profile``: where an element's microseconds go in Spark's Python workers.
+
+Runs one benchmark workload (``bench.workloads``) on the SparkRunner, or written by hand with
+RDDs (``--engine pyspark``), on a session started with ``spark.python.profile=true``:
+PySpark's own profiler, cProfile in every Python worker, one profile per RDD, sent back to
+the driver. The profiles are merged, and each function's own time (cProfile's ``tottime``)
+is put in the first category whose path or name it matches (:data:`CATEGORIES`): event
+generation, the workload's own functions, coders, the data channel, Beam's SDK operations,
+the trigger driver and windowing, PySpark's shuffle and serializers, the runner itself.
+Printed per category: seconds and microseconds per event (CPU of the workers, summed over
+them), then the functions that take the most.
+
+Examples::
+
+    python -m bench.profile --workload pass_through --events 200000
+    python -m bench.profile --workload keyed_windowed_sum --engine pyspark
+"""
+
+from __future__ import annotations
+
+import argparse
+import pstats
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from bench.workloads import WORKLOADS, EventSet, describe_difference, reference_answer
+
+#: (category, fragments of a function's "file:name" label); the first match wins. Beam's
+#: compiled modules (coder_impl, operations, common) show as methods of their classes.
+CATEGORIES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("event generation", ("bench/workloads.py", "method 'random' of")),
+    ("the workload's functions", ("bench/beam_jobs.py", "bench/baselines.py")),
+    ("coders", ("apache_beam/coders/", "apache_beam.coders.", "runners/spark/coders.py")),
+    ("trigger driver, windows", ("apache_beam/transforms/trigger.py",
+                                 "apache_beam/transforms/window.py",
+                                 "apache_beam.transforms.window", "apache_beam/utils/windowed",
+                                 "apache_beam.utils.windowed_value", "window_assignment.py")),
+    ("data channel", ("apache_beam/runners/worker/data_plane.py",
+                      "apache_beam.runners.worker.data_plane")),
+    ("Beam SDK operations", ("apache_beam/runners/worker/", "apache_beam.runners.worker.",
+                             "apache_beam/runners/common", "apache_beam.runners.common",
+                             "apache_beam/transforms/", "apache_beam/metrics/",
+                             "apache_beam.metrics.", "apache_beam/")),
+    ("the runner", ("runners/spark/",)),
+    ("PySpark shuffle, serializers", ("pyspark/", "cloudpickle")),
+    ("pickle, builtins, other", ("",)),
+)
+
+
+def categorize(filename: str, name: str) -> str:
+    """The category of a function (see :data:`CATEGORIES`).
+
+    >>> categorize("/x/apache_beam/coders/coders.py", "encode")
+    'coders'
+    >>> categorize("~", "<method 'process' of 'apache_beam.runners.worker.operations.DoOperation' objects>")
+    'Beam SDK operations'
+    """
+    label = f"{filename}:{name}"
+    for category, fragments in CATEGORIES:
+        if any(fragment in label for fragment in fragments):
+            return category
+    return CATEGORIES[-1][0]
+
+
+def merged_stats(spark_context: Any) -> Optional[pstats.Stats]:
+    """Every RDD profile the workers sent, merged (None: none was collected)."""
+    merged: Optional[pstats.Stats] = None
+    collector = spark_context.profiler_collector
+    for _, profiler, _ in getattr(collector, "profilers", []):
+        stats = profiler.stats()
+        if stats is None:
+            continue
+        if merged is None:
+            merged = stats
+        else:
+            merged.add(stats)
+    return merged
+
+
+def summarize(stats: pstats.Stats, events: int, top: int = 15
+              ) -> Tuple[List[Tuple[str, float]], List[Tuple[str, float, int]]]:
+    """(seconds per category, largest first), (the ``top`` functions: label, own seconds,
+    calls)."""
+    by_category: Dict[str, float] = {}
+    functions = []
+    for (filename, line, name), (_, calls, own, _, _) in stats.stats.items():  # type: ignore
+        category = categorize(filename, name)
+        by_category[category] = by_category.get(category, 0.0) + own
+        functions.append((f"{filename.split('site-packages/')[-1]}:{line}({name})", own, calls))
+    functions.sort(key=lambda function: -function[1])
+    return sorted(by_category.items(), key=lambda item: -item[1]), functions[:top]
+
+
+def _session(master: str, parallelism: int) -> Any:
+    from bench.session import bench_session
+
+    return bench_session(master, parallelism, settings={"spark.python.profile": "true"})
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--workload", choices=WORKLOADS, default="pass_through")
+    parser.add_argument("--engine", choices=("spark", "pyspark"), default="spark")
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--top", type=int, default=15, help="functions listed (15)")
+    arguments = parser.parse_args(argv)
+    session = _session(arguments.master, arguments.parallelism)
+    if session.sparkContext.getConf().get("spark.python.profile") != "true":
+        print("a SparkContext without spark.python.profile=true is already running",
+              file=sys.stderr)
+        return 2
+    event_set = EventSet(arguments.events)
+    began = time.perf_counter()
+    if arguments.engine == "pyspark":
+        from bench.baselines import run_pyspark
+
+        answer = run_pyspark(arguments.workload, event_set, session.sparkContext,
+                             arguments.parallelism)
+    else:
+        from bench.beam_jobs import run_beam
+        from runners.spark import SparkRunner
+
+        answer = run_beam(arguments.workload, event_set, SparkRunner(session),
+                          [f"--spark_parallelism={arguments.parallelism}"])
+    seconds = time.perf_counter() - began
+    difference = describe_difference(reference_answer(arguments.workload, event_set), answer)
+    stats = merged_stats(session.sparkContext)
+    if stats is None:
+        print("no profile came back from the Python workers", file=sys.stderr)
+        return 1
+    categories, functions = summarize(stats, arguments.events, arguments.top)
+    total = sum(own for _, own in categories)
+    print(f"{arguments.workload} on {arguments.engine}, {arguments.events:,} events: "
+          f"{seconds:.2f} s wall, {total:.2f} s of Python worker CPU "
+          f"({total / arguments.events * 1e6:.1f} us per event); answer "
+          + ("checked equal" if not difference else f"WRONG: {difference}"))
+    print(f"\n{'category':<32} {'seconds':>8} {'us/event':>9} {'share':>6}")
+    for category, own in categories:
+        print(f"{category:<32} {own:8.2f} {own / arguments.events * 1e6:9.2f} "
+              f"{own / total:6.1%}")
+    print(f"\n{'own seconds':>11} {'calls':>10}  function")
+    for label, own, calls in functions:
+        print(f"{own:11.2f} {calls:10,}  {label}")
+    return 0 if not difference else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
