@@ -19,7 +19,8 @@ from typing import Any, Iterable, Iterator, Optional
 from runners.spark import shuffle
 from runners.spark.bundles import StageTask, process_partition
 from runners.spark.planning import ExecutionPlan, GroupSpec, StageSpec
-from runners.spark.stage_graph import RunCancelled, RunContext, StageGraph
+from runners.spark.run_context import RunCancelled, RunContext
+from runners.spark.stage_graph import StageGraph
 
 __all__ = ["PlanExecution", "RunCancelled"]
 

@@ -27,16 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
-import uuid
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from runners.spark import shuffle
 from runners.spark import side_inputs as side_input_tables
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER
-from runners.spark.bundle_names import BundleNamer
-from runners.spark.bundles import StageTask, process_partition
-from runners.spark.components import SharedComponents
+from runners.spark.bundles import process_partition
 from runners.spark.planning import (
     RESHUFFLE_STAGE,
     TEST_STREAM_STAGE,
@@ -45,77 +41,8 @@ from runners.spark.planning import (
     StageSpec,
 )
 from runners.spark.records import Elements, data_of, is_elements_of, is_report, relabel
-from runners.spark.spark_names import SparkNames, stage_label
-
-#: Stage descriptors larger than this are broadcast instead of shipped with every task
-#: (they carry the stage's pickled DoFns, which can hold large objects).
-BROADCAST_DESCRIPTOR_BYTES = 256 << 10
-
-
-class RunCancelled(RuntimeError):
-    """The run was cancelled before it could start its next Spark job."""
-
-
-@dataclasses.dataclass
-class RunContext:
-    """What every pass of one run shares: Spark, the plan, and per-run caches.
-
-    Args:
-      spark_context: the SparkContext to run on.
-      plan: the fused stages.
-      metrics: accumulator receiving each task's serialized MonitoringInfos.
-      parallelism: partitions of every shuffle (key partitions of keyed steps).
-      bundle_size: at most this many elements per bundle, or None (a partition per bundle).
-    """
-
-    spark_context: Any
-    plan: ExecutionPlan
-    metrics: Any
-    parallelism: int
-    bundle_size: Optional[int]
-    components: Optional[SharedComponents] = None
-    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
-    jobs: int = 0  # Spark jobs this run started
-    #: the run's name in its bundles' names (stable across a restart from a checkpoint)
-    run_name: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
-    batch: int = 0  # the micro-batch being built (0 in batch)
-    #: what Spark's UI and event log call the run's jobs and stages
-    names: Optional[SparkNames] = None
-    _descriptors: Dict[int, Any] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.names is None:
-            self.names = SparkNames(self.spark_context, f"beam-{uuid.uuid4().hex}")
-
-    def start(self) -> None:
-        self.components = SharedComponents.create(self.spark_context, self.plan.components)
-
-    def check_cancelled(self) -> None:
-        if self.cancelled.is_set():
-            raise RunCancelled("the pipeline was cancelled")
-
-    def before_job(self) -> None:
-        """Call before each Spark job: refuses once cancelled, and counts the job."""
-        self.check_cancelled()
-        self.jobs += 1
-
-    def stage_task(self, stage: StageSpec, side_inputs: Any = None) -> StageTask:
-        """What a task needs to run ``stage``; a large descriptor is broadcast once a run."""
-        descriptor = None
-        if len(stage.descriptor) > BROADCAST_DESCRIPTOR_BYTES:
-            if stage.index not in self._descriptors:
-                self._descriptors[stage.index] = self.spark_context.broadcast(stage.descriptor)
-            descriptor = self._descriptors[stage.index]
-        return StageTask(stage, self.components, side_inputs, self.metrics, self.bundle_size,
-                         descriptor, BundleNamer(self.run_name, self.batch, stage.name))
-
-    def release(self) -> None:
-        for broadcast in self._descriptors.values():
-            broadcast.unpersist()
-        self._descriptors = {}
-        if self.components is not None:
-            self.components.release()
-
+from runners.spark.run_context import RunCancelled, RunContext
+from runners.spark.spark_names import stage_label
 
 @dataclasses.dataclass
 class PassPlan:

@@ -55,7 +55,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from runners.spark.components import iter_encoded
 from runners.spark.options import is_local_master
 from runners.spark.planning import TEST_STREAM_STAGE, ExecutionPlan
-from runners.spark.stage_graph import RunCancelled, RunContext
+from runners.spark.run_context import RunCancelled, RunContext
 from runners.spark.streaming.batch_report import BatchReporter
 from runners.spark.streaming.checkpoint import Checkpoints
 from runners.spark.streaming.micro_batch import Round, RoundGraph, StreamingState

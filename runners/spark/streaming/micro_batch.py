@@ -32,7 +32,8 @@ from runners.spark import shuffle
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
 from runners.spark.planning import RESHUFFLE_STAGE, TEST_STREAM_STAGE, GroupSpec, StageSpec
 from runners.spark.records import Elements, HeldElements, SideInputChunk, StepReport
-from runners.spark.stage_graph import PassPlan, RunContext, StageGraph
+from runners.spark.run_context import RunContext
+from runners.spark.stage_graph import PassPlan, StageGraph
 from runners.spark.streaming.compact_round import (
     COMPACT_ROUND_BYTES,
     COMPACT_ROUND_RECORDS,
