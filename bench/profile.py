@@ -132,6 +132,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if stats is None:
         print("no profile came back from the Python workers", file=sys.stderr)
         return 1
+    # PySpark prints every profile at exit otherwise (thousands of lines).
+    session.sparkContext.profiler_collector.profilers = []
     categories, functions = summarize(stats, arguments.events, arguments.top)
     total = sum(own for _, own in categories)
     print(f"{arguments.workload} on {arguments.engine}, {arguments.events:,} events: "
