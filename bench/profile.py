@@ -4,9 +4,12 @@ Runs one benchmark workload (``bench.workloads``) on the SparkRunner, or written
 RDDs (``--engine pyspark``), on a session started with ``spark.python.profile=true``:
 PySpark's own profiler, cProfile in every Python worker, one profile per RDD, sent back to
 the driver. The profiles are merged, and each function's own time (cProfile's ``tottime``)
-is put in the first category whose path or name it matches (:data:`CATEGORIES`): event
-generation, the workload's own functions, coders, the data channel, Beam's SDK operations,
-the trigger driver and windowing, PySpark's shuffle and serializers, the runner itself.
+is put in its file's category (:data:`CATEGORIES`): event generation, the workload's own
+functions, the trigger driver and windows, coders, the data channel, the runner itself,
+Beam's SDK operations, PySpark's worker and serializers. cProfile sees Python functions
+only: the time of Beam's compiled (Cython) coders and operations counts in the Python
+function that called them, and cProfile's own overhead inflates function-heavy code, so the
+shares are a map of where to look, not a measurement of speed (``python -m bench`` is).
 Printed per category: seconds and microseconds per event (CPU of the workers, summed over
 them), then the functions that take the most.
 
@@ -19,48 +22,74 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import functools
+import glob
+import os
 import pstats
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from bench.session import REPOSITORY_ROOT
 from bench.workloads import WORKLOADS, EventSet, describe_difference, reference_answer
 
-#: (category, fragments of a function's "file:name" label); the first match wins. Beam's
-#: compiled modules (coder_impl, operations, common) show as methods of their classes.
-CATEGORIES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
-    ("event generation", ("bench/workloads.py", "method 'random' of")),
-    ("the workload's functions", ("bench/beam_jobs.py", "bench/baselines.py")),
-    ("coders", ("apache_beam/coders/", "apache_beam.coders.", "runners/spark/coders.py")),
-    ("trigger driver, windows", ("apache_beam/transforms/trigger.py",
-                                 "apache_beam/transforms/window.py",
-                                 "apache_beam.transforms.window", "apache_beam/utils/windowed",
-                                 "apache_beam.utils.windowed_value", "window_assignment.py")),
-    ("data channel", ("apache_beam/runners/worker/data_plane.py",
-                      "apache_beam.runners.worker.data_plane")),
-    ("Beam SDK operations", ("apache_beam/runners/worker/", "apache_beam.runners.worker.",
-                             "apache_beam/runners/common", "apache_beam.runners.common",
-                             "apache_beam/transforms/", "apache_beam/metrics/",
-                             "apache_beam.metrics.", "apache_beam/")),
-    ("the runner", ("runners/spark/",)),
-    ("PySpark shuffle, serializers", ("pyspark/", "cloudpickle")),
-    ("pickle, builtins, other", ("",)),
+#: (category, the files of its functions, the fragments of a compiled function's name).
+#: PySpark's profiles name files by their base name only, so a file is known by its base
+#: name among the packages' own (the first category listing it wins).
+CATEGORIES: Tuple[Tuple[str, Tuple[str, ...], Tuple[str, ...]], ...] = (
+    ("event generation", ("bench/workloads.py",), ("_random.Random",)),
+    ("the workload's functions", ("bench/beam_jobs.py", "bench/baselines.py"), ()),
+    ("trigger driver, windows, timestamps",
+     ("apache_beam/transforms/trigger.py", "apache_beam/transforms/window.py",
+      "apache_beam/utils/windowed_value.py", "apache_beam/utils/timestamp.py",
+      "runners/spark/window_assignment.py"), ("apache_beam.utils.windowed_value",)),
+    ("coders", ("apache_beam/coders/", "runners/spark/coders.py"), ("apache_beam.coders",)),
+    ("data channel", ("apache_beam/runners/worker/data_plane.py",), ()),
+    # pyspark/shuffle.py (groupByKey's merger) shares its name with the runner's shuffle.py
+    ("the runner", ("runners/spark/",), ("runners.spark",)),
+    ("Beam SDK operations", ("apache_beam/",), ("apache_beam.",)),
+    ("PySpark worker, serializers", ("pyspark/",), ("pyspark.",)),
 )
+OTHER = "pickle, builtins, other"
+
+
+@functools.lru_cache(maxsize=1)
+def _categories_by_file() -> Dict[str, str]:
+    """Base name of every file of the packages above -> its category."""
+    import apache_beam
+    import pyspark
+
+    roots = {"apache_beam/": os.path.dirname(os.path.dirname(apache_beam.__file__)),
+             "pyspark/": os.path.dirname(os.path.dirname(pyspark.__file__)),
+             "runners/": REPOSITORY_ROOT, "bench/": REPOSITORY_ROOT}
+    by_file: Dict[str, str] = {}
+    for category, files, _ in CATEGORIES:
+        for pattern in files:
+            root = next(root for prefix, root in roots.items() if pattern.startswith(prefix))
+            path = os.path.join(root, pattern)
+            found = (glob.glob(os.path.join(path, "**", "*.py"), recursive=True)
+                     if pattern.endswith("/") else [path])
+            for name in found:
+                if os.sep + "dependencies" + os.sep in name:  # the driver's, not workers'
+                    continue
+                by_file.setdefault(os.path.basename(name), category)
+    return by_file
 
 
 def categorize(filename: str, name: str) -> str:
     """The category of a function (see :data:`CATEGORIES`).
 
-    >>> categorize("/x/apache_beam/coders/coders.py", "encode")
-    'coders'
+    >>> categorize("trigger.py", "process_timer")
+    'trigger driver, windows, timestamps'
     >>> categorize("~", "<method 'process' of 'apache_beam.runners.worker.operations.DoOperation' objects>")
     'Beam SDK operations'
     """
-    label = f"{filename}:{name}"
-    for category, fragments in CATEGORIES:
-        if any(fragment in label for fragment in fragments):
+    if filename != "~":
+        return _categories_by_file().get(os.path.basename(filename), OTHER)
+    for category, _, fragments in CATEGORIES:
+        if any(fragment in name for fragment in fragments):
             return category
-    return CATEGORIES[-1][0]
+    return OTHER
 
 
 def merged_stats(spark_context: Any) -> Optional[pstats.Stats]:
