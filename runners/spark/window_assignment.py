@@ -13,6 +13,11 @@ timestamp, the windows ``assign`` would return (a fresh list per element, as Bea
 output handling may extend it in place), pane ``PANE_INFO_UNKNOWN``, and one output per
 window the input element was in (Beam invokes that DoFn once per input window).
 
+Into the global window, an element already in the global window alone and with no pane
+(what a source or a ``ParDo`` emits) is exactly what the assignment would give: it is
+handed on as it is (every ``WriteToText`` re-windows into the global window first; that
+saves a new element per element written).
+
 Only the standard URNs are swapped (:func:`use_native_window_assignment`): a user's own
 WindowFn, even a subclass of ``FixedWindows``, is pickled under another URN and keeps
 Beam's generic path.
@@ -35,6 +40,7 @@ from apache_beam.utils.timestamp import Timestamp
 from runners.spark.beam_internals import (
     BeamTransformFactory,
     NameContext,
+    PANE_INFO_UNKNOWN,
     beam_runner_api_pb2,
     common_urns,
     create_windowed_value,
@@ -129,9 +135,15 @@ class _NativeAssignWindows(operations.FlattenOperation):
     """Re-windows each element with ``windows_at`` (set right after construction)."""
 
     windows_at: WindowsAt
+    into_global = False  # the WindowFn is GlobalWindows
 
     def process(self, windowed_value) -> None:
         with self.scoped_process_state:
+            windows = windowed_value.windows
+            if (self.into_global and len(windows) == 1 and type(windows[0]) is GlobalWindow
+                    and windowed_value.pane_info == PANE_INFO_UNKNOWN):
+                self.output(windowed_value)
+                return
             micros = windowed_value.timestamp_micros
             value = windowed_value.value
             for _ in windowed_value.windows:
@@ -148,4 +160,5 @@ def _create_native_assign_windows(factory, transform_id, transform_proto, parame
         factory.state_sampler,
     )
     operation.windows_at = windows_at_function(windowing.windowfn)
+    operation.into_global = type(windowing.windowfn) is GlobalWindows
     return factory.augment_oldstyle_op(operation, transform_proto.unique_name, consumers)

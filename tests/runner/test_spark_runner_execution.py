@@ -30,6 +30,7 @@ from apache_beam.transforms.window import (
     WindowFn,
 )
 from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
@@ -194,6 +195,29 @@ def test_standard_windows_are_assigned_as_beam_assigns_them(runner, window_fn):
             | beam.Map(_with_window)
         )
         assert_that(windowed, equal_to(expected))
+
+
+def _key_and_pane(pair, pane=beam.DoFn.PaneInfoParam):
+    return pair[0], str(pane.timing), pane.index
+
+
+def test_rewindowing_into_the_global_window_resets_panes_and_passes_the_rest_on(runner):
+    # Into the global window, the runner hands on an element already there with no pane as
+    # it is; one that carries a pane (a GroupByKey's output) must lose it, as Beam's own
+    # assignment gives every element the unknown pane.
+    with beam.Pipeline(runner=runner) as p:
+        pairs = p | beam.Create([("a", 1), ("a", 2), ("b", 3)])
+        grouped = (pairs
+                   | beam.GroupByKey()
+                   | "GroupedAgain" >> beam.WindowInto(GlobalWindows())
+                   | "GroupedPanes" >> beam.Map(_key_and_pane))
+        fresh = (pairs
+                 | "FreshAgain" >> beam.WindowInto(GlobalWindows())
+                 | "FreshPanes" >> beam.Map(_key_and_pane))
+        unknown = str(PaneInfoTiming.UNKNOWN)
+        assert_that(grouped, equal_to([("a", unknown, 0), ("b", unknown, 0)]), label="grouped")
+        assert_that(fresh, equal_to([("a", unknown, 0), ("a", unknown, 0), ("b", unknown, 0)]),
+                    label="fresh")
 
 
 def test_rewindowing_keeps_one_element_per_old_window(runner):
