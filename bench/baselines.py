@@ -19,7 +19,6 @@ read-back of written lines that only the check needs.
 
 from __future__ import annotations
 
-import glob
 import operator
 import os
 import tempfile
@@ -37,10 +36,11 @@ from bench.workloads import (
     WINDOW_SECONDS,
     EventSet,
     check_workload,
-    digest,
-    element_wise,
+    digest_files,
     generate_shard,
+    keep,
     output_line,
+    project,
     window_start,
 )
 
@@ -50,12 +50,6 @@ def _events(event_set: EventSet, spark_context: Any) -> Any:
     return spark_context.parallelize(shards, len(shards)).flatMap(
         lambda shard: generate_shard(*shard)
     )
-
-
-def _read_lines(directory: str) -> Any:
-    for path in sorted(glob.glob(os.path.join(directory, "part-*"))):
-        with open(path, encoding="utf-8") as lines:
-            yield from (line.rstrip("\n") for line in lines if line.strip())
 
 
 def run_pyspark(workload: str, event_set: EventSet, spark_context: Any, partitions: int = 2,
@@ -69,16 +63,16 @@ def run_pyspark(workload: str, event_set: EventSet, spark_context: Any, partitio
         answer = events.map(lambda event: event[1]).fold(0, operator.add)
     elif workload in ELEMENT_WISE:
         if workload == PROJECTION:
-            records = events.map(lambda event: element_wise(PROJECTION, event))
+            records = events.map(project)
         elif workload == FILTER:
-            records = events.filter(lambda event: element_wise(FILTER, event) is not None)
+            records = events.filter(keep)
         else:
             records = events
         with tempfile.TemporaryDirectory(prefix="bench-rdd-") as directory:
             output = os.path.join(directory, "answer")
             records.map(output_line).saveAsTextFile(output)
             timing["seconds"] = time.perf_counter() - began
-            return digest(_read_lines(output))
+            return digest_files(os.path.join(output, "part-*"))
     else:
         sums = events.map(
             lambda event: ((event[0], window_start(event[2])), event[1])
@@ -120,7 +114,7 @@ def run_dataframe(workload: str, event_set: EventSet, spark_session: Any, partit
             output = os.path.join(directory, "answer")
             events.select(line.alias("value")).write.text(output)
             timing["seconds"] = time.perf_counter() - began
-            return digest(_read_lines(output))
+            return digest_files(os.path.join(output, "part-*"))
     else:
         start = functions.col("event_time") - functions.col("event_time") % WINDOW_SECONDS
         rows = events.groupBy("team", start.alias("start")).agg(functions.sum("score")).collect()

@@ -38,7 +38,7 @@ from bench.workloads import (
     WINDOW_SECONDS,
     EventSet,
     check_workload,
-    digest,
+    digest_files,
     generate_shard,
     keep,
     output_line,
@@ -94,7 +94,7 @@ def build_workload(pipeline: beam.Pipeline, workload: str, event_set: EventSet, 
 def read_answer(workload: str, output: str) -> Any:
     """Read back what :func:`build_workload` wrote, in the form ``workloads`` defines."""
     if workload in ELEMENT_WISE:
-        return digest(_lines(output))
+        return digest_files(f"{output}*.jsonl")
     records: List[Any] = []
     for path in sorted(glob.glob(f"{output}*.jsonl")):
         with open(path) as lines:
@@ -109,12 +109,6 @@ def read_answer(workload: str, output: str) -> Any:
             raise AssertionError(f"two sums for team {team!r}, window starting {start}")
         answer[(team, start)] = total
     return answer
-
-
-def _lines(output: str) -> Any:
-    for path in sorted(glob.glob(f"{output}*.jsonl")):
-        with open(path, encoding="utf-8") as lines:
-            yield from (line.rstrip("\n") for line in lines if line.strip())
 
 
 def run_beam(

@@ -33,6 +33,7 @@ True
 
 from __future__ import annotations
 
+import glob
 import json
 import random
 import zlib
@@ -120,6 +121,17 @@ def digest(lines: Iterable[str]) -> Digest:
         count += 1
         checksum += zlib.crc32(line.encode("utf-8"))
     return Digest(count, checksum % 2**64)
+
+
+def digest_files(pattern: str) -> Digest:
+    """The :class:`Digest` of the non-empty lines of the files matching ``pattern`` (what
+    an engine wrote), each without its line end."""
+    def lines() -> Iterator[str]:
+        for path in sorted(glob.glob(pattern)):
+            with open(path, encoding="utf-8") as written:
+                yield from (line.rstrip("\n") for line in written if line.strip())
+
+    return digest(lines())
 
 
 def project(event: Event) -> Tuple[str, int, int]:
