@@ -31,6 +31,7 @@ from apache_beam.transforms.window import FixedWindows, TimestampedValue
 from runners.spark import SparkRunner
 from runners.spark.streaming.checkpoint import IncompatibleUpdateError
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
+from test_spark_streaming_checkpoint import RunningCount
 from triggers.panes import DescribePanes
 
 #: The old pipeline runs this many batches (the events before the cut) and stops.
@@ -52,19 +53,8 @@ def _events() -> streams.TestStream:
             .advance_watermark_to_infinity())
 
 
-class RunningCount(beam.DoFn):
-    """Each element's key with how many elements the key had so far (state carried)."""
-
-    COUNT = userstate.ReadModifyWriteStateSpec("count", beam.coders.VarIntCoder())
-
-    def process(self, element, count=beam.DoFn.StateParam(COUNT)):
-        so_far = (count.read() or 0) + 1
-        count.write(so_far)
-        yield {"key": element[0], "elements_so_far": so_far}
-
-
 class RunningCountReworded(beam.DoFn):
-    """:class:`RunningCount` with another body (its state spec unchanged)."""
+    """``RunningCount`` (the checkpoint tests') with another body (its state spec unchanged)."""
 
     COUNT = userstate.ReadModifyWriteStateSpec("count", beam.coders.VarIntCoder())
 
