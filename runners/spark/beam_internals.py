@@ -98,12 +98,13 @@ from apache_beam.runners.worker.statecache import StateCache  # noqa: E402
 from apache_beam.transforms import environments  # noqa: E402
 from apache_beam.transforms.timeutil import TimeDomain  # noqa: E402
 from apache_beam.transforms import trigger as _trigger  # noqa: E402
-from apache_beam.transforms import window as _window  # noqa: E402
 from apache_beam.transforms.trigger import (  # noqa: E402
     InMemoryUnmergedState,
     create_trigger_driver,
 )
 from apache_beam.utils import proto_utils  # noqa: E402
+
+from runners.spark.fast_paths import install_fast_paths  # noqa: E402
 
 
 
@@ -181,25 +182,7 @@ def _memoize_combining_tags() -> None:
 _memoize_combining_tags()
 
 
-def _initialize_the_global_window_once() -> None:
-    """``GlobalWindow()`` is a singleton, but Beam 2.77 re-runs its ``__init__`` (a protobuf
-    constant parsed, a Timestamp built) every time it is called: for every element a DoFn
-    emits as a ``TimestampedValue`` in the global window (measured: ~1/5 of a source
-    stage's time). Its end never changes: initialize it once."""
-    window_class = _window.GlobalWindow
-    if getattr(window_class, "initialized_once_by_spark_runner", False):
-        return
-    original = window_class.__init__
-
-    def __init__(self) -> None:
-        if "_end" not in self.__dict__:
-            original(self)
-
-    window_class.__init__ = __init__
-    window_class.initialized_once_by_spark_runner = True
-
-
-_initialize_the_global_window_once()
+install_fast_paths()
 
 def _key_batches_per_executor() -> None:
     """``BatchElements`` with a maximum buffering duration keys every element with a UUID
