@@ -12,8 +12,12 @@ GroupByKey in batch runs as ``fn_api_runner.execution.GroupingBuffer`` does, but
 the map side keys each element by its encoded key, Spark's ``groupByKey`` (which spills
 large groups to disk) brings each key's elements together, and the reduce side hands them to
 Beam's trigger driver (``process_entire_key``), which assigns them to (merged) windows and
-emits the panes a bounded input produces; default windowing takes the single global ON_TIME
-pane directly.
+emits the panes a bounded input produces. Default windowing (the global window, the default
+trigger) has one pane per key, ON_TIME, at the end of the global window, so it needs neither
+the elements' windows nor their timestamps: the map side gathers each key's *values*,
+encodes them together as one iterable per key and flush (:class:`ValueChunks`), and the
+reduce side decodes a key's few chunks straight into its pane: one decode and one encode
+per value on each side, no per-element record through Spark's shuffle.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import functools
 import zlib
 from typing import Any, Iterable, Iterator, List, Sequence, Tuple
 
+from apache_beam.coders import coders
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
 
@@ -100,6 +105,12 @@ def without_keys(records: Iterable[Any]) -> Iterator[Any]:
 def group_by_key(records: Any, spec: GroupSpec, components: SharedComponents,
                  partitions: int) -> Any:
     """``Elements`` of encoded ``(key, value)`` pairs -> ``Elements`` of ``(key, values)`` panes."""
+    if (components.windowing(spec.windowing_strategy_id).is_default()
+            and _value_coder(components.coder(spec.input_coder_id)) is not None):
+        chunks = records.mapPartitions(functools.partial(_value_chunks, spec.input_coder_id,
+                                                         components))
+        grouped = chunks.groupByKey(partitions, partitionFunc=key_partition)
+        return grouped.mapPartitions(functools.partial(_global_panes, spec, components))
     keyed = records.mapPartitions(functools.partial(_key_elements, spec.input_coder_id,
                                                     components))
     grouped = keyed.groupByKey(partitions, partitionFunc=key_partition)
@@ -118,6 +129,69 @@ def _key_elements(coder_id: str, components: SharedComponents, records: Iterable
 _ON_TIME_GLOBAL_PANE = windowed_value.PaneInfo(
     is_first=True, is_last=True, timing=windowed_value.PaneInfoTiming.ON_TIME, index=0,
     nonspeculative_index=0)
+#: Values a map task holds before it sends its per-key chunks on (bounds its memory).
+VALUES_PER_FLUSH = 1 << 16
+
+
+def _value_coder(windowed_kv_coder: Any) -> Any:
+    """The value coder of a windowed KV coder (None if it is not the standard KV coder)."""
+    kv_coder = getattr(windowed_kv_coder, "wrapped_value_coder", None)
+    if type(kv_coder) is not coders.TupleCoder or len(kv_coder.coders()) != 2:
+        return None
+    return kv_coder.coders()[1]
+
+
+def _values_impl(coder_id: str, components: SharedComponents) -> Any:
+    return coders.IterableCoder(_value_coder(components.coder(coder_id))).get_impl()
+
+
+def _value_chunks(coder_id: str, components: SharedComponents,
+                  records: Iterable[Any]) -> Iterator[Tuple[bytes, bytes]]:
+    """The map side of a default-windowing GroupByKey: ``(encoded key, encoded values)``,
+    one pair per key and flush, the values an ``IterableCoder`` encoding of the value coder's."""
+    coder_impl = components.coder_impl(coder_id)
+    key_impl = components.coder(coder_id).key_coder().get_impl()
+    values_impl = _values_impl(coder_id, components)
+    values_by_key: dict = {}
+    held = 0
+    for record in records:
+        if type(record) is not Elements:
+            continue
+        for element, _ in iter_encoded(coder_impl, record.data):
+            key, value = element.value
+            encoded_key = key_impl.encode(key)
+            values = values_by_key.get(encoded_key)
+            if values is None:
+                values = values_by_key[encoded_key] = []
+            values.append(value)
+            held += 1
+            if held >= VALUES_PER_FLUSH:
+                for flushed_key, flushed in values_by_key.items():
+                    yield flushed_key, values_impl.encode(flushed)
+                values_by_key, held = {}, 0
+    for flushed_key, flushed in values_by_key.items():
+        yield flushed_key, values_impl.encode(flushed)
+
+
+def _global_panes(spec: GroupSpec, components: SharedComponents,
+                  groups: Iterable[Tuple[bytes, Iterable[bytes]]]) -> Iterator[Elements]:
+    """The reduce side of a default-windowing GroupByKey: each key's one ON_TIME pane."""
+    output_impl = components.coder_impl(spec.output_coder_id)
+    key_impl = components.coder(spec.input_coder_id).key_coder().get_impl()
+    values_impl = _values_impl(spec.input_coder_id, components)
+    end_of_global_window = GlobalWindow().max_timestamp()
+
+    def panes() -> Iterator[Any]:
+        for encoded_key, chunks in groups:
+            values: List[Any] = []
+            for chunk in chunks:
+                values.extend(values_impl.decode(chunk))
+            yield GlobalWindows.windowed_value(
+                (key_impl.decode(encoded_key), values), timestamp=end_of_global_window,
+                pane_info=_ON_TIME_GLOBAL_PANE)
+
+    for chunk in encode_chunks(output_impl, panes()):
+        yield Elements(0, chunk)
 
 
 def _group_also_by_window(spec: GroupSpec, components: SharedComponents,

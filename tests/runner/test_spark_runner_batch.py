@@ -44,6 +44,54 @@ def test_group_by_key(make_pipeline):
         assert_that(grouped, equal_to([("a", [10, 30, 50]), ("b", [20]), ("c", [40])]))
 
 
+def _hot_key_elements(shard):
+    """75,000 (key, (shard, i)) pairs: two in three under the key "hot"."""
+    for i in range(75_000):
+        yield ("hot" if i % 3 else f"cold-{i % 7}"), (shard, i)
+
+
+class _CountSumAndPane(beam.DoFn):
+    def process(self, key_and_values, timestamp=beam.DoFn.TimestampParam,
+                pane=beam.DoFn.PaneInfoParam):
+        key, values = key_and_values
+        count = total = 0
+        shards = set()
+        for shard, i in values:
+            count += 1
+            total += i
+            shards.add(shard)
+        yield key, count, total, sorted(shards), timestamp.micros // 1000, (
+            pane.is_first, pane.is_last, pane.timing, pane.index)
+
+
+def test_group_by_key_with_a_hot_key(make_pipeline):
+    """One key holds 200,000 values from four inputs: more than a map task holds before it
+    sends a key's values on (runners/spark/shuffle.py), so the key's pane is put together
+    from several chunks of several tasks; the pane is the single ON_TIME one at the end of
+    the global window, as on the DirectRunner."""
+    expected = {}
+    for shard in range(4):
+        for key, (_, i) in _hot_key_elements(shard):
+            count, total = expected.get(key, (0, 0))
+            expected[key] = (count + 1, total + i)
+    # in milliseconds: Beam's coders carry timestamps in milliseconds
+    end_of_global_window = window.GlobalWindow().max_timestamp().micros // 1000
+    on_time_pane = (True, True, 1, 0)  # PaneInfoTiming.ON_TIME == 1
+    with make_pipeline() as p:
+        grouped = (
+            p
+            | beam.Create(range(4))
+            | beam.Reshuffle()
+            | beam.FlatMap(_hot_key_elements)
+            | beam.GroupByKey()
+            | beam.ParDo(_CountSumAndPane())
+        )
+        assert_that(grouped, equal_to([
+            (key, count, total, [0, 1, 2, 3], end_of_global_window, on_time_pane)
+            for key, (count, total) in expected.items()]))
+    assert expected["hot"][0] == 200_000
+
+
 def test_combiners_lifted_and_global(make_pipeline):
     words = ["red", "blue", "red", "green", "red", "blue"] * 7
     with make_pipeline() as p:
