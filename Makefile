@@ -26,7 +26,7 @@ WORKER_CORES ?= 2
 KAFKA_BROKER ?= noida
 KAFKA_DIR ?= .kafka-broker
 
-.PHONY: install check-java test test-kafka run bench bench-full bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
+.PHONY: install check-java test test-kafka run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
         spark-cluster-status kafka kafka-stop kafka-status job-server graphviz clean
 
 install: check-java $(STAMP)
@@ -68,6 +68,12 @@ bench: install
 
 bench-full: install
 	$(PY) -m bench --events 1000000 $(BENCH_ARGS)
+
+# 10M events, on Spark's defaults (local[2]: one JVM with the default 1g heap): the keyed
+# windowed sum, and a GroupByKey whose hot key holds 5M values (spills, must not fail).
+bench-large: install
+	$(PY) -m bench --events 10000000 --warmup-events 0 --only spark,pyspark \
+	  --workloads keyed_windowed_sum,hot_key_group $(BENCH_ARGS)
 
 # Streaming: sustained events/s and per-batch latency of a keyed windowed sum on local[2].
 bench-streaming: install

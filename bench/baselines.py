@@ -32,12 +32,16 @@ from bench.workloads import (
     FILTER,
     FILTER_MODULUS,
     GLOBAL_SUM,
+    HOT_KEY,
+    HOT_KEY_GROUP,
+    HOT_SCORE_ABOVE,
     PROJECTION,
     WINDOW_SECONDS,
     EventSet,
     check_workload,
     digest_files,
     generate_shard,
+    group_key,
     keep,
     output_line,
     project,
@@ -73,6 +77,9 @@ def run_pyspark(workload: str, event_set: EventSet, spark_context: Any, partitio
             records.map(output_line).saveAsTextFile(output)
             timing["seconds"] = time.perf_counter() - began
             return digest_files(os.path.join(output, "part-*"))
+    elif workload == HOT_KEY_GROUP:
+        groups = events.map(lambda event: (group_key(event), event[1])).groupByKey(partitions)
+        answer = dict(groups.mapValues(lambda scores: (len(scores), sum(scores))).collect())
     else:
         sums = events.map(
             lambda event: ((event[0], window_start(event[2])), event[1])
@@ -115,6 +122,12 @@ def run_dataframe(workload: str, event_set: EventSet, spark_session: Any, partit
             events.select(line.alias("value")).write.text(output)
             timing["seconds"] = time.perf_counter() - began
             return digest_files(os.path.join(output, "part-*"))
+    elif workload == HOT_KEY_GROUP:
+        key = functions.when(functions.col("score") > HOT_SCORE_ABOVE,
+                             functions.lit(HOT_KEY)).otherwise(functions.col("team"))
+        rows = events.groupBy(key.alias("key")).agg(
+            functions.count("score"), functions.sum("score")).collect()
+        answer = {row[0]: (row[1], row[2]) for row in rows}
     else:
         start = functions.col("event_time") - functions.col("event_time") % WINDOW_SECONDS
         rows = events.groupBy("team", start.alias("start")).agg(functions.sum("score")).collect()

@@ -6,7 +6,9 @@ generates its events, events are stamped with their event time, and then:
 - ``keyed_windowed_sum``: ``WindowInto(FixedWindows(60))`` and ``CombinePerKey(sum)``;
 - ``global_sum``: ``CombineGlobally(sum)`` in the global window;
 - ``pass_through``, ``projection``, ``filter``: nothing, a ``Map``, a ``Filter``; then each
-  record's line (:func:`~bench.workloads.output_line`).
+  record's line (:func:`~bench.workloads.output_line`);
+- ``hot_key_group``: ``GroupByKey`` on :func:`~bench.workloads.group_key`, then each key's
+  count and sum of its values.
 
 Answers leave the pipeline through ``WriteToText`` into a scratch directory and are read
 back, so the check compares what the runner really wrote, on any runner. ``timing``, when
@@ -34,12 +36,14 @@ from bench.workloads import (
     ELEMENT_WISE,
     FILTER,
     GLOBAL_SUM,
+    HOT_KEY_GROUP,
     PROJECTION,
     WINDOW_SECONDS,
     EventSet,
     check_workload,
     digest_files,
     generate_shard,
+    group_key,
     keep,
     output_line,
     project,
@@ -57,6 +61,15 @@ class _FormatWindowedSum(beam.DoFn):
 def _stamp_event_time(event):
     team, score, event_time = event
     return window.TimestampedValue((team, score), event_time)
+
+
+def _count_and_sum(key_and_scores):
+    key, scores = key_and_scores
+    count = total = 0
+    for score in scores:
+        count += 1
+        total += score
+    return json.dumps([key, count, total])
 
 
 def build_workload(pipeline: beam.Pipeline, workload: str, event_set: EventSet, output: str):
@@ -79,6 +92,13 @@ def build_workload(pipeline: beam.Pipeline, workload: str, event_set: EventSet, 
             | "Scores" >> beam.Map(lambda event: event[1])
             | "Sum" >> beam.CombineGlobally(sum)
             | "Format" >> beam.Map(json.dumps)
+        )
+    elif workload == HOT_KEY_GROUP:
+        lines = (
+            events
+            | "Key" >> beam.Map(lambda event: (group_key(event), event[1]))
+            | "Group" >> beam.GroupByKey()
+            | "CountAndSum" >> beam.Map(_count_and_sum)
         )
     else:
         lines = (
@@ -103,6 +123,12 @@ def read_answer(workload: str, output: str) -> Any:
         if len(records) != 1:
             raise AssertionError(f"global_sum wrote {len(records)} values, expected exactly one")
         return records[0]
+    if workload == HOT_KEY_GROUP:
+        counted = {key: (count, total) for key, count, total in records}
+        if len(counted) != len(records):
+            raise AssertionError(f"hot_key_group wrote {len(records)} lines for "
+                                 f"{len(counted)} keys, expected one line per key")
+        return counted
     answer = {}
     for team, start, total in records:
         if (team, start) in answer:

@@ -18,6 +18,10 @@ Workloads (the *what* and *where* of the Dataflow model):
 - ``pass_through`` (Nexmark q0): every event written out as it is;
 - ``projection`` (q1, a currency conversion): ``(team, event_time, score * 89 // 100)``;
 - ``filter`` (q2): the events whose score is a multiple of 7 (about one in seven).
+- ``hot_key_group``: a ``GroupByKey`` (all of a key's values brought together, no combiner)
+  where one key is hot: every event scoring above 50 (half of them) goes to the key
+  ``"hot"``, the others to their team; the answer is ``{key: (count, sum of scores)}``. At
+  10M events the hot key holds 5M values: the memory test of a grouping.
 
 The three element-wise workloads write one JSON line per output record
 (:func:`output_line`); their answer is a :class:`Digest` of the lines (how many, and an
@@ -54,13 +58,16 @@ GLOBAL_SUM = "global_sum"
 PASS_THROUGH = "pass_through"
 PROJECTION = "projection"
 FILTER = "filter"
+HOT_KEY_GROUP = "hot_key_group"
 #: Workloads that map each event to at most one output record.
 ELEMENT_WISE: Tuple[str, ...] = (PASS_THROUGH, PROJECTION, FILTER)
-WORKLOADS: Tuple[str, ...] = (KEYED_WINDOWED_SUM, GLOBAL_SUM) + ELEMENT_WISE
+WORKLOADS: Tuple[str, ...] = (KEYED_WINDOWED_SUM, GLOBAL_SUM) + ELEMENT_WISE + (HOT_KEY_GROUP,)
 #: ``projection``'s conversion of a score (integer: answers stay exact).
 CONVERSION_NUMERATOR, CONVERSION_DENOMINATOR = 89, 100
 #: ``filter`` keeps the events whose score is a multiple of this.
 FILTER_MODULUS = 7
+#: ``hot_key_group``: the hot key, and the score above which an event goes to it.
+HOT_KEY, HOT_SCORE_ABOVE = "hot", 50
 
 Event = Tuple[str, int, int]
 #: (seed, shard index, number of events in the shard): all a shard needs to be generated.
@@ -154,6 +161,11 @@ def element_wise(workload: str, event: Event) -> Optional[Tuple[Any, ...]]:
     return event
 
 
+def group_key(event: Event) -> str:
+    """``hot_key_group``'s key of an event: :data:`HOT_KEY` for half of them, else its team."""
+    return HOT_KEY if event[1] > HOT_SCORE_ABOVE else event[0]
+
+
 def output_line(record: Tuple[Any, ...]) -> str:
     """The line an element-wise workload writes for a record: compact JSON.
 
@@ -183,6 +195,14 @@ def reference_answer(workload: str, event_set: EventSet) -> Any:
         records = (element_wise(workload, event) for shard in event_set.shards()
                    for event in generate_shard(*shard))
         return digest(output_line(record) for record in records if record is not None)
+    if workload == HOT_KEY_GROUP:
+        counts: Dict[str, List[int]] = defaultdict(lambda: [0, 0])
+        for shard in event_set.shards():
+            for event in generate_shard(*shard):
+                entry = counts[group_key(event)]
+                entry[0] += 1
+                entry[1] += event[1]
+        return {key: tuple(entry) for key, entry in counts.items()}
     sums: Dict[Tuple[str, int], int] = defaultdict(int)
     for shard in event_set.shards():
         for team, score, event_time in generate_shard(*shard):
