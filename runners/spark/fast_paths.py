@@ -88,7 +88,71 @@ def _timestamps_in_whole_microseconds() -> None:
     timestamp_class.__init__ = __init__
     timestamp_class.of = staticmethod(of)
     timestamp_class.micros = property(micros, doc=original_micros.__doc__)
+    _timestamp_arithmetic(timestamp_class)
     timestamp_class.fast_paths_by_spark_runner = True
+
+
+def _timestamp_arithmetic(timestamp_class: type) -> None:
+    """Comparisons of two Timestamps of one precision, and whole-microsecond arithmetic with
+    Durations (what a trigger driver does with window ends, lateness and holds). Beam keeps
+    ``0 <= subseconds < 10**precision``, so (seconds, subseconds) order as the instants do."""
+    duration_class = timestamp.Duration
+    new = object.__new__
+
+    def made(total_micros: int):
+        made_timestamp = new(timestamp_class)
+        made_timestamp._precision = 6
+        made_timestamp._seconds, made_timestamp._subseconds = divmod(
+            total_micros, _MICROS_PER_SECOND)
+        return made_timestamp
+
+    def comparison(name: str, compare: Callable[[tuple, tuple], bool]) -> None:
+        original = getattr(timestamp_class, name)
+        BEAM_ORIGINALS[f"Timestamp.{name}"] = original
+
+        def compared(self, other):
+            if type(other) is timestamp_class and other._precision == self._precision:
+                return compare((self._seconds, self._subseconds),
+                               (other._seconds, other._subseconds))
+            return original(self, other)
+
+        setattr(timestamp_class, name, compared)
+
+    comparison("__lt__", lambda first, second: first < second)
+    comparison("__le__", lambda first, second: first <= second)
+    comparison("__gt__", lambda first, second: first > second)
+    comparison("__ge__", lambda first, second: first >= second)
+    comparison("__eq__", lambda first, second: first == second)  # __hash__ stays Beam's
+
+    original_add, original_sub = timestamp_class.__add__, timestamp_class.__sub__
+    original_predecessor = timestamp_class.predecessor
+    BEAM_ORIGINALS.update({"Timestamp.__add__": original_add, "Timestamp.__sub__": original_sub,
+                           "Timestamp.predecessor": original_predecessor})
+
+    def __add__(self, other):
+        if type(other) is duration_class and self._precision == 6:
+            return made(self._seconds * _MICROS_PER_SECOND + self._subseconds + other.micros)
+        return original_add(self, other)
+
+    def __sub__(self, other):
+        if self._precision == 6:
+            kind = type(other)
+            if kind is duration_class:
+                return made(self._seconds * _MICROS_PER_SECOND + self._subseconds
+                            - other.micros)
+            if kind is timestamp_class and other._precision == 6:
+                return duration_class(micros=(self._seconds - other._seconds) * _MICROS_PER_SECOND
+                                      + self._subseconds - other._subseconds)
+        return original_sub(self, other)
+
+    def predecessor(self):
+        if self._precision == 6:
+            return made(self._seconds * _MICROS_PER_SECOND + self._subseconds - 1)
+        return original_predecessor(self)
+
+    timestamp_class.__add__ = __add__
+    timestamp_class.__sub__ = __sub__
+    timestamp_class.predecessor = predecessor
 
 
 def _interval_windows_compared_in_microseconds() -> None:
@@ -120,8 +184,46 @@ def _interval_windows_compared_in_microseconds() -> None:
     window_class.fast_paths_by_spark_runner = True
 
 
+def _stamping_in_the_global_window() -> None:
+    """A DoFn that stamps its output (``TimestampedValue``) costs, per element, in Beam's
+    output handler: the value's ``Timestamp.of``, an ``AssignContext`` (another ``of``) and
+    ``GlobalWindows.assign`` (``GlobalWindow()``: the singleton's ``__new__`` and
+    ``__init__``). Each is given its result directly when it is already there: the
+    ``Timestamp`` itself, the one ``GlobalWindow`` in a new list."""
+    timestamp_class = timestamp.Timestamp
+    stamped_class = window.TimestampedValue
+    if getattr(stamped_class, "fast_paths_by_spark_runner", False):
+        return
+    of = timestamp_class.of
+    context_class = window.WindowFn.AssignContext
+
+    # Beam's parameter names, which callers may pass by keyword (they shadow the modules).
+    def stamped_init(self, value, timestamp) -> None:
+        self.value = value
+        self.timestamp = timestamp if type(timestamp) is timestamp_class else of(timestamp)
+
+    def context_init(self, timestamp, element=None, window=None) -> None:
+        self.timestamp = timestamp if type(timestamp) is timestamp_class else of(timestamp)
+        self.element = element
+        self.window = window
+
+    the_global_window = window.GlobalWindow()
+
+    def assign(self, assign_context):
+        return [the_global_window]
+
+    BEAM_ORIGINALS.update({"TimestampedValue.__init__": stamped_class.__init__,
+                           "AssignContext.__init__": context_class.__init__,
+                           "GlobalWindows.assign": window.GlobalWindows.assign})
+    stamped_class.__init__ = stamped_init
+    context_class.__init__ = context_init
+    window.GlobalWindows.assign = assign
+    stamped_class.fast_paths_by_spark_runner = True
+
+
 def install_fast_paths() -> None:
     """Install every fast path of this module (once; later calls do nothing)."""
     _initialize_the_global_window_once()
     _timestamps_in_whole_microseconds()
     _interval_windows_compared_in_microseconds()
+    _stamping_in_the_global_window()

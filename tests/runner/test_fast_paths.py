@@ -8,8 +8,14 @@ their internal fields, and an error must be the same error.
 from __future__ import annotations
 
 import pytest
-from apache_beam.transforms.window import GlobalWindow, IntervalWindow
-from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
+from apache_beam.transforms.window import (
+    GlobalWindow,
+    GlobalWindows,
+    IntervalWindow,
+    TimestampedValue,
+    WindowFn,
+)
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Duration, Timestamp
 
 from runners.spark.fast_paths import BEAM_ORIGINALS, install_fast_paths
 
@@ -95,3 +101,67 @@ def test_interval_window_hash_and_equality_match_beam():
     # Cut off at MIN/MAX_TIMESTAMP: windows beyond the bounds equal the bounded one.
     assert WINDOWS[5] == WINDOWS[6] == WINDOWS[7]
     assert len({WINDOWS[0], WINDOWS[1], WINDOWS[5], WINDOWS[6]}) == 2
+
+
+@pytest.mark.parametrize("stamp", [0, 17, -3, 1.5, Timestamp(5), Timestamp(3, 7, 9), "x"])
+def test_stamped_values_and_assign_contexts_match_beam(stamp):
+    for kind, name in ((TimestampedValue, "TimestampedValue.__init__"),
+                       (WindowFn.AssignContext, "AssignContext.__init__")):
+        def construct(init):
+            made = kind.__new__(kind)
+            init(made, "value", stamp)
+            fields = dict(vars(made))
+            return fields.pop("timestamp"), fields
+
+        fast, beam = _outcome(construct, kind.__init__), _outcome(construct, BEAM_ORIGINALS[name])
+        if fast[0] == "raised":
+            assert fast == beam
+            continue
+        assert type(fast[1][0]) is Timestamp and _fields(fast[1][0]) == _fields(beam[1][0])
+        assert fast[1][1] == beam[1][1]
+
+
+def test_global_windows_assign_matches_beam():
+    context = WindowFn.AssignContext(Timestamp(5), "value")
+    first, second = GlobalWindows().assign(context), GlobalWindows().assign(context)
+    assert first == BEAM_ORIGINALS["GlobalWindows.assign"](GlobalWindows(), context)
+    assert first[0] is GlobalWindow() and first is not second  # a new list every time
+    # by keyword, as Beam's signatures allow
+    assert TimestampedValue(value=1, timestamp=3).timestamp == Timestamp(3)
+    assert WindowFn.AssignContext(timestamp=3, element=1, window=None).timestamp == Timestamp(3)
+
+
+OPERANDS = [
+    Timestamp(5), Timestamp(5), Timestamp(-5), Timestamp(5, 1), Timestamp(4, 999_999),
+    Timestamp(0, 5, 3), Timestamp(5, 0, 9), Timestamp(5, 1, 9), MIN_TIMESTAMP, MAX_TIMESTAMP,
+    Duration(3), Duration(micros=-1), Duration(0), 5, 4.5, None,
+]
+
+
+def _result(outcome):
+    kind, value = outcome
+    if kind == "returned" and isinstance(value, Timestamp):
+        return kind, ("Timestamp", _fields(value))
+    if kind == "returned" and isinstance(value, Duration):
+        return kind, ("Duration", value.micros)
+    return outcome
+
+
+@pytest.mark.parametrize("name", ["__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__add__",
+                                  "__sub__"])
+def test_timestamp_comparisons_and_arithmetic_match_beam(name):
+    compared = 0
+    for first in [operand for operand in OPERANDS if isinstance(operand, Timestamp)]:
+        for second in OPERANDS:
+            fast = _result(_outcome(getattr(Timestamp, name), first, second))
+            beam = _result(_outcome(BEAM_ORIGINALS[f"Timestamp.{name}"], first, second))
+            assert fast == beam, (name, first, second)
+            compared += 1
+    assert compared == 10 * len(OPERANDS)
+
+
+@pytest.mark.parametrize("stamp", OPERANDS[:10])
+def test_predecessor_and_hash_match_beam(stamp):
+    assert _fields(stamp.predecessor()) == _fields(BEAM_ORIGINALS["Timestamp.predecessor"](stamp))
+    assert hash(stamp) == hash(Timestamp(stamp._seconds, stamp._subseconds, stamp._precision))
+    assert len({Timestamp(5), Timestamp(5), Timestamp(5, 0, 9)}) == 1
