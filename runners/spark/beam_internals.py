@@ -108,6 +108,36 @@ from runners.spark.fast_paths import install_fast_paths  # noqa: E402
 
 
 
+def create_unmerged_trigger_driver(windowing: Any, clock: Any) -> Any:
+    """Beam's streaming trigger driver for a non-merging WindowFn, keeping state per window.
+
+    ``GeneralTriggerDriver`` always treats windows as mergeable (``is_merging = True``): each
+    call wraps the key's state in a ``MergeableStateAdapter`` that maps windows to ids, runs
+    a merge with a ``MergeContext`` class defined on each call, and goes through the
+    adapter for every state read and write. A non-merging window never merges, and the
+    driver's own ``is_merging = False`` path keeps the state under the window itself
+    (measured: ~40% of the driver's time per new key). Panes are the same; the state's
+    layout differs, so a key whose state was kept under window ids stays with the merging
+    driver (:func:`create_trigger_driver`).
+    """
+    if windowing.windowfn.is_merging():
+        raise ValueError(f"{windowing.windowfn!r} merges windows: use create_trigger_driver")
+    driver = create_trigger_driver(windowing, False, clock=clock)
+    if not isinstance(driver, _trigger.GeneralTriggerDriver):
+        raise TypeError(f"expected Beam's GeneralTriggerDriver, got {type(driver).__name__}")
+    driver.is_merging = False
+    output = driver._output
+
+    def _output(window, finished, state, output_watermark, maybe_ontime):
+        pane = output(window, finished, state, output_watermark, maybe_ontime)
+        # Unmerged state hands out its live list of elements, which later elements of an
+        # accumulating window extend; the adapter's panes got a new list, so this one does.
+        return pane.with_value(list(pane.value))
+
+    driver._output = _output
+    return driver
+
+
 def unpickle_dofn(payload: "beam_runner_api_pb2.ParDoPayload") -> Any:
     """The user's DoFn object of a ParDo payload (as ``ParDo.from_runner_api_parameter``
     unpickles it)."""

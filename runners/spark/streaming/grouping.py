@@ -5,7 +5,8 @@ partition (:class:`~runners.spark.records.KeyedElements`) and the keys of the pa
 store that are due (a timer or a window expiry at or before the new input watermark, a
 processing-time timer at or before the clock). Only those keys are read and written; the
 others stay in the store untouched. For each such key, as the DirectRunner's
-``_StreamingGroupAlsoByWindowEvaluator`` does, with Beam's ``GeneralTriggerDriver``:
+``_StreamingGroupAlsoByWindowEvaluator`` does, with Beam's ``GeneralTriggerDriver`` (for a
+non-merging WindowFn without its merge bookkeeping: :class:`TriggerDrivers`):
 
 1. the batch's elements go through ``process_elements`` at the watermarks the step had
    *before* this batch (elements are processed before the watermark advance they came with,
@@ -25,7 +26,12 @@ from typing import Any, Dict, Iterable, Iterator, List
 
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
-from runners.spark.beam_internals import InMemoryUnmergedState, TimeDomain, create_trigger_driver
+from runners.spark.beam_internals import (
+    InMemoryUnmergedState,
+    TimeDomain,
+    create_trigger_driver,
+    create_unmerged_trigger_driver,
+)
 from runners.spark.components import SharedComponents, encode_chunks
 from runners.spark.planning import GroupSpec
 from runners.spark.records import Elements, KeyedElements, unpack_keyed
@@ -33,11 +39,32 @@ from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, BatchClock, Ke
 from runners.spark.streaming.state import (
     TriggerStateCodec,
     expire_windows,
+    has_window_ids,
     is_empty,
     processing_micros,
     trigger_wakes,
 )
 from runners.spark.streaming.state_store import KeyState
+
+
+class TriggerDrivers:
+    """The trigger driver for each key's state.
+
+    A non-merging WindowFn's keys keep their state per window, with the unmerged driver
+    (:func:`~runners.spark.beam_internals.create_unmerged_trigger_driver`: the same panes,
+    less work per key); a key whose state is kept under window ids (written by Beam's
+    merging driver, e.g. in a checkpoint of an earlier version) stays with Beam's driver.
+    """
+
+    def __init__(self, windowing: Any, clock: Any) -> None:
+        self.merging = create_trigger_driver(windowing, False, clock=clock)
+        self.unmerged = (None if windowing.windowfn.is_merging()
+                         else create_unmerged_trigger_driver(windowing, clock))
+
+    def for_state(self, state: Any) -> Any:
+        if self.unmerged is None or has_window_ids(state):
+            return self.merging
+        return self.unmerged
 
 
 def process_group_partition(spec: GroupSpec, components: SharedComponents, batch: KeyedBatch,
@@ -50,10 +77,10 @@ def process_group_partition(spec: GroupSpec, components: SharedComponents, batch
     codec = TriggerStateCodec(windowing.windowfn.get_window_coder(),
                               input_coder.wrapped_value_coder.value_coder())
     times = batch.times
-    driver = create_trigger_driver(windowing, False, clock=BatchClock(times.processing_time))
+    drivers = TriggerDrivers(windowing, BatchClock(times.processing_time))
     # How far past its timestamp a new element's window reaches (sessions: the gap), so a
     # merged window is kept while a kept element could still merge into it.
-    # (The driver keeps even non-merging windows under ids: their reach is 0.)
+    # (The merging driver keeps even non-merging windows under ids: their reach is 0.)
     merge_reach = (getattr(windowing.windowfn, "gap_size", None)
                    if windowing.windowfn.is_merging() else 0)
 
@@ -77,14 +104,15 @@ def process_group_partition(spec: GroupSpec, components: SharedComponents, batch
         for encoded_key in sorted(set(elements) | due):
             found = store.get(encoded_key)
             state = codec.decode(found.blob) if found is not None else InMemoryUnmergedState()
+            key_driver = drivers.for_state(state)
             values = elements.get(encoded_key)
             key = values[0].value[0] if values else key_impl.decode(encoded_key)
             if values:
-                for pane in driver.process_elements(
+                for pane in key_driver.process_elements(
                         state, [value.with_value(value.value[1]) for value in values],
                         output_before, input_before):
                     panes.append(pane.with_value((key, pane.value)))
-            for pane in _fire_timers(driver, state, input_after, times.processing_time):
+            for pane in _fire_timers(key_driver, state, input_after, times.processing_time):
                 panes.append(pane.with_value((key, pane.value)))
             expire_windows(state, input_after, windowing.allowed_lateness, merge_reach)
             if is_empty(state):

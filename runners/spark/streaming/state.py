@@ -106,6 +106,11 @@ class TriggerStateCodec:
         return state
 
 
+def has_window_ids(state: Any) -> bool:
+    """True when a key's trigger state is kept under window ids (the merging driver's)."""
+    return _WINDOW_IDS_TAG in state.global_state
+
+
 def is_empty(state: Any) -> bool:
     """True when a key holds nothing (its state can be dropped)."""
     window_ids = state.global_state.get(_WINDOW_IDS_TAG)
