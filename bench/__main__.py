@@ -6,7 +6,9 @@ Engines (``--only``):
   ``--spark_master_url`` = ``--master``; reported as unavailable if it cannot be imported.
 - ``pyspark``: the same computation written by hand with RDDs (``bench.baselines``).
 - ``dataframe``: the same computation written by hand with a DataFrame (``bench.baselines``).
-- ``direct``: the Beam pipeline on Beam's DirectRunner (in-process, its defaults).
+- ``direct``: the Beam pipeline on Beam's DirectRunner (its defaults), in a new Python
+  process that has not imported the SparkRunner (``bench.direct``: the runner's fast paths
+  patch Beam in the process that imports it).
 
 ``spark`` and ``pyspark`` share one SparkSession (created first; the SparkRunner gets the
 same master, and the run records whether it reused that session). Every engine first runs
@@ -123,10 +125,12 @@ class Engines:
 
             return run_dataframe(workload, event_set, self.spark_session(),
                                  self.arguments.parallelism, timing)
+        if engine == "direct":
+            from bench.direct import run_direct_runner
+
+            return run_direct_runner(workload, event_set, timing)
         from bench.beam_jobs import run_beam
 
-        if engine == "direct":
-            return run_beam(workload, event_set, "DirectRunner", timing=timing)
         options = [f"--spark_master_url={self.arguments.master}",
                    f"--spark_parallelism={self.arguments.parallelism}"]
         if self.arguments.bundle_size:
@@ -158,8 +162,9 @@ def measure(engines: Engines, engine: str, workload: str, event_set: EventSet,
     difference = describe_difference(expected, answer)
     peak_mib = peak.result()
     if engine == "direct":
-        # An idle JVM and idle PySpark workers may exist from other rows; not this engine's.
-        peak_mib.update(jvm=None, python_workers=None)
+        # Its own process (bench.direct) reports its peak; an idle JVM and idle PySpark
+        # workers may exist from other rows, not this engine's.
+        peak_mib.update(driver=round(timing["peak_mib"], 1), jvm=None, python_workers=None)
     return {
         **record,
         "status": "ok",
