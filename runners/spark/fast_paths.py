@@ -39,8 +39,6 @@ def _initialize_the_global_window_once() -> None:
     emits as a ``TimestampedValue`` in the global window (measured: ~1/5 of a source
     stage's time). Its end never changes: initialize it once."""
     window_class = window.GlobalWindow
-    if getattr(window_class, "initialized_once_by_spark_runner", False):
-        return
     original = window_class.__init__
 
     def __init__(self) -> None:
@@ -48,13 +46,10 @@ def _initialize_the_global_window_once() -> None:
             original(self)
 
     window_class.__init__ = __init__
-    window_class.initialized_once_by_spark_runner = True
 
 
 def _timestamps_in_whole_microseconds() -> None:
     timestamp_class = timestamp.Timestamp
-    if getattr(timestamp_class, "fast_paths_by_spark_runner", False):
-        return
     original_init = timestamp_class.__init__
     original_of = timestamp_class.of
     original_micros = timestamp_class.micros
@@ -89,7 +84,6 @@ def _timestamps_in_whole_microseconds() -> None:
     timestamp_class.of = staticmethod(of)
     timestamp_class.micros = property(micros, doc=original_micros.__doc__)
     _timestamp_arithmetic(timestamp_class)
-    timestamp_class.fast_paths_by_spark_runner = True
 
 
 def _timestamp_arithmetic(timestamp_class: type) -> None:
@@ -157,8 +151,6 @@ def _timestamp_arithmetic(timestamp_class: type) -> None:
 
 def _interval_windows_compared_in_microseconds() -> None:
     window_class = window.IntervalWindow
-    if getattr(window_class, "fast_paths_by_spark_runner", False):
-        return
     lowest = timestamp.MIN_TIMESTAMP.micros
     highest = timestamp.MAX_TIMESTAMP.micros
 
@@ -181,7 +173,6 @@ def _interval_windows_compared_in_microseconds() -> None:
                            "IntervalWindow.__eq__": window_class.__eq__})
     window_class.__hash__ = __hash__
     window_class.__eq__ = __eq__
-    window_class.fast_paths_by_spark_runner = True
 
 
 def _stamping_in_the_global_window() -> None:
@@ -192,8 +183,6 @@ def _stamping_in_the_global_window() -> None:
     ``Timestamp`` itself, the one ``GlobalWindow`` in a new list."""
     timestamp_class = timestamp.Timestamp
     stamped_class = window.TimestampedValue
-    if getattr(stamped_class, "fast_paths_by_spark_runner", False):
-        return
     of = timestamp_class.of
     context_class = window.WindowFn.AssignContext
 
@@ -218,11 +207,14 @@ def _stamping_in_the_global_window() -> None:
     stamped_class.__init__ = stamped_init
     context_class.__init__ = context_init
     window.GlobalWindows.assign = assign
-    stamped_class.fast_paths_by_spark_runner = True
 
 
 def install_fast_paths() -> None:
-    """Install every fast path of this module (once; later calls do nothing)."""
+    """Install every fast path of this module (once per process: the mark is on Beam's
+    module, so later calls, even from a reloaded copy of this one, do nothing)."""
+    if getattr(timestamp, "fast_paths_by_spark_runner", False):
+        return
+    timestamp.fast_paths_by_spark_runner = True
     _initialize_the_global_window_once()
     _timestamps_in_whole_microseconds()
     _interval_windows_compared_in_microseconds()
