@@ -325,9 +325,9 @@ def _start_job(arguments: argparse.Namespace, session: Any, servers: str, input_
     return pipeline.run()
 
 
-def _job_figures(session: Any, result: Any, batches: List[Dict[str, Any]]) -> Dict[str, Any]:
+def _job_figures(result: Any, batches: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Spark jobs per batch, and the SDK harness's busiest steps per batch."""
-    jobs = len(session.sparkContext.statusTracker().getJobIdsForGroup(result._job_group))
+    jobs = sum(batch.get("spark_jobs", 0) for batch in batches)  # the batch report's count
     steps = sdk_millis_per_step(result)
     return {"spark_jobs_per_batch": round(jobs / max(len(batches), 1), 2),
             "sdk_harness_millis_per_batch": {
@@ -379,7 +379,7 @@ def measure(arguments: argparse.Namespace, session: Any, servers: str, rate: flo
             consumer.join(10)
         batches = _report(report)
     return summarize(arguments, rate, producer, list(consumer.panes), batches,
-                     _job_figures(session, result, batches))
+                     _job_figures(result, batches))
 
 
 def measure_backlog(arguments: argparse.Namespace, session: Any, servers: str
@@ -438,7 +438,7 @@ def measure_backlog(arguments: argparse.Namespace, session: Any, servers: str
         "records_per_batch_p50": weighted_percentile(
             [(batch["source_elements"], 1) for batch in steady], 0.5),
         "records_in_panes": in_panes, "agrees": in_panes == producer.sent and not producer.failed,
-        **_job_figures(session, result, batches),
+        **_job_figures(result, batches),
         "load_average_1min": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
     }
 
