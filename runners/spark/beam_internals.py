@@ -107,7 +107,6 @@ from apache_beam.utils import proto_utils  # noqa: E402
 from runners.spark.fast_paths import install_fast_paths  # noqa: E402
 
 
-
 def create_unmerged_trigger_driver(windowing: Any, clock: Any) -> Any:
     """Beam's streaming trigger driver for a non-merging WindowFn, keeping state per window.
 
@@ -213,6 +212,7 @@ _memoize_combining_tags()
 
 
 install_fast_paths()
+
 
 def _key_batches_per_executor() -> None:
     """``BatchElements`` with a maximum buffering duration keys every element with a UUID

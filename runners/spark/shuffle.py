@@ -15,7 +15,7 @@ Beam's trigger driver (``process_entire_key``), which assigns them to (merged) w
 emits the panes a bounded input produces. Default windowing (the global window, the default
 trigger) has one pane per key, ON_TIME, at the end of the global window, so it needs neither
 the elements' windows nor their timestamps: the map side gathers each key's *values*,
-encodes them together as one iterable per key and flush (:class:`ValueChunks`), and the
+encodes them together as one iterable per key and flush (:func:`_value_chunks`), and the
 reduce side decodes a key's few chunks straight into its pane: one decode and one encode
 per value on each side, no per-element record through Spark's shuffle.
 """
