@@ -27,7 +27,8 @@ import zlib
 from typing import Any, Iterable, Iterator, List, Sequence, Tuple
 
 from apache_beam.coders import coders
-from apache_beam.transforms.window import GlobalWindow, GlobalWindows
+from apache_beam.transforms.trigger import DefaultTrigger
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows, TimestampCombiner
 from apache_beam.utils import windowed_value
 
 from runners.spark.beam_internals import create_trigger_driver
@@ -105,12 +106,12 @@ def without_keys(records: Iterable[Any]) -> Iterator[Any]:
 def group_by_key(records: Any, spec: GroupSpec, components: SharedComponents,
                  partitions: int) -> Any:
     """``Elements`` of encoded ``(key, value)`` pairs -> ``Elements`` of ``(key, values)`` panes."""
-    if (components.windowing(spec.windowing_strategy_id).is_default()
-            and _value_coder(components.coder(spec.input_coder_id)) is not None):
-        chunks = records.mapPartitions(functools.partial(_value_chunks, spec.input_coder_id,
-                                                         components))
-        grouped = chunks.groupByKey(partitions, partitionFunc=key_partition)
-        return grouped.mapPartitions(functools.partial(_global_panes, spec, components))
+    pane_info = direct_pane_info(components.windowing(spec.windowing_strategy_id))
+    if pane_info is not None and _value_coder(components.coder(spec.input_coder_id)) is not None:
+        chunks = records.mapPartitions(functools.partial(_value_chunks, spec, components))
+        grouped = chunks.groupByKey(partitions, partitionFunc=_partition_of_key_and_window)
+        return grouped.mapPartitions(functools.partial(_direct_panes, spec, components,
+                                                       pane_info))
     keyed = records.mapPartitions(functools.partial(_key_elements, spec.input_coder_id,
                                                     components))
     grouped = keyed.groupByKey(partitions, partitionFunc=key_partition)
@@ -129,8 +130,38 @@ def _key_elements(coder_id: str, components: SharedComponents, records: Iterable
 _ON_TIME_GLOBAL_PANE = windowed_value.PaneInfo(
     is_first=True, is_last=True, timing=windowed_value.PaneInfoTiming.ON_TIME, index=0,
     nonspeculative_index=0)
+#: What Beam's GeneralTriggerDriver emits in batch for the default trigger: the window's
+#: end-of-window firing, not its last (the trigger repeats).
+_ON_TIME_WINDOW_PANE = windowed_value.PaneInfo(
+    is_first=True, is_last=False, timing=windowed_value.PaneInfoTiming.ON_TIME, index=0,
+    nonspeculative_index=0)
 #: Values a map task holds before it sends its per-key chunks on (bounds its memory).
 VALUES_PER_FLUSH = 1 << 16
+
+
+def direct_pane_info(windowing: Any) -> Any:
+    """The pane a batch GroupByKey emits for each key and window when no trigger driver is
+    needed to make it, or None.
+
+    Default windowing has one pane per key (Beam's batch driver's, at the end of the global
+    window). A non-merging WindowFn under the default trigger with the end-of-window
+    timestamp combiner has one pane per key and window: the driver's on-time firing at the
+    end of the window, holding every value, timestamped at the window's ``max_timestamp``
+    (all of a bounded input is on time). Anything else (merging windows, other triggers,
+    other timestamp combiners) goes through Beam's trigger driver.
+    """
+    if windowing.is_default():
+        return _ON_TIME_GLOBAL_PANE
+    if (not windowing.windowfn.is_merging() and windowing.triggerfn == DefaultTrigger()
+            and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW):
+        return _ON_TIME_WINDOW_PANE
+    return None
+
+
+def window_pane(key: Any, values: List[Any], window: Any, pane_info: Any) -> Any:
+    """A key's pane in ``window`` as :func:`direct_pane_info` describes it."""
+    return windowed_value.WindowedValue((key, values), window.max_timestamp(), (window,),
+                                        pane_info)
 
 
 def _value_coder(windowed_kv_coder: Any) -> Any:
@@ -141,54 +172,72 @@ def _value_coder(windowed_kv_coder: Any) -> Any:
     return kv_coder.coders()[1]
 
 
-def _values_impl(coder_id: str, components: SharedComponents) -> Any:
-    return coders.IterableCoder(_value_coder(components.coder(coder_id))).get_impl()
+class _GroupCoders:
+    """The coders both sides of a direct-pane GroupByKey use."""
+
+    def __init__(self, spec: GroupSpec, components: SharedComponents) -> None:
+        input_coder = components.coder(spec.input_coder_id)
+        self.element = input_coder.get_impl()
+        self.key = input_coder.key_coder().get_impl()
+        self.values = coders.IterableCoder(_value_coder(input_coder)).get_impl()
+        self.window = components.windowing(
+            spec.windowing_strategy_id).windowfn.get_window_coder().get_impl()
 
 
-def _value_chunks(coder_id: str, components: SharedComponents,
-                  records: Iterable[Any]) -> Iterator[Tuple[bytes, bytes]]:
-    """The map side of a default-windowing GroupByKey: ``(encoded key, encoded values)``,
-    one pair per key and flush, the values an ``IterableCoder`` encoding of the value coder's."""
-    coder_impl = components.coder_impl(coder_id)
-    key_impl = components.coder(coder_id).key_coder().get_impl()
-    values_impl = _values_impl(coder_id, components)
-    values_by_key: dict = {}
+def _partition_of_key_and_window(key_and_window: Tuple[bytes, bytes]) -> int:
+    return key_partition(key_and_window[0])
+
+
+def _value_chunks(spec: GroupSpec, components: SharedComponents,
+                  records: Iterable[Any]) -> Iterator[Tuple[Tuple[bytes, bytes], bytes]]:
+    """The map side of a direct-pane GroupByKey: ``((encoded key, encoded window), encoded
+    values)``, one pair per key, window and flush; the values an ``IterableCoder`` encoding
+    of the value coder's."""
+    group_coders = _GroupCoders(spec, components)
+    encode_key, encode_window = group_coders.key.encode, group_coders.window.encode
+    encoded_windows: dict = {}
+    values_by_group: dict = {}
     held = 0
     for record in records:
         if type(record) is not Elements:
             continue
-        for element, _ in iter_encoded(coder_impl, record.data):
+        for element, _ in iter_encoded(group_coders.element, record.data):
             key, value = element.value
-            encoded_key = key_impl.encode(key)
-            values = values_by_key.get(encoded_key)
-            if values is None:
-                values = values_by_key[encoded_key] = []
-            values.append(value)
-            held += 1
+            encoded_key = encode_key(key)
+            for window in element.windows:
+                encoded_window = encoded_windows.get(window)
+                if encoded_window is None:
+                    if len(encoded_windows) >= VALUES_PER_FLUSH:
+                        encoded_windows.clear()
+                    encoded_window = encoded_windows[window] = encode_window(window)
+                group = (encoded_key, encoded_window)
+                values = values_by_group.get(group)
+                if values is None:
+                    values = values_by_group[group] = []
+                values.append(value)
+                held += 1
             if held >= VALUES_PER_FLUSH:
-                for flushed_key, flushed in values_by_key.items():
-                    yield flushed_key, values_impl.encode(flushed)
-                values_by_key, held = {}, 0
-    for flushed_key, flushed in values_by_key.items():
-        yield flushed_key, values_impl.encode(flushed)
+                for group, flushed in values_by_group.items():
+                    yield group, group_coders.values.encode(flushed)
+                values_by_group, held = {}, 0
+    for group, flushed in values_by_group.items():
+        yield group, group_coders.values.encode(flushed)
 
 
-def _global_panes(spec: GroupSpec, components: SharedComponents,
-                  groups: Iterable[Tuple[bytes, Iterable[bytes]]]) -> Iterator[Elements]:
-    """The reduce side of a default-windowing GroupByKey: each key's one ON_TIME pane."""
+def _direct_panes(spec: GroupSpec, components: SharedComponents, pane_info: Any,
+                  groups: Iterable[Tuple[Tuple[bytes, bytes], Iterable[bytes]]]
+                  ) -> Iterator[Elements]:
+    """The reduce side of a direct-pane GroupByKey: each key's pane in each window."""
     output_impl = components.coder_impl(spec.output_coder_id)
-    key_impl = components.coder(spec.input_coder_id).key_coder().get_impl()
-    values_impl = _values_impl(spec.input_coder_id, components)
-    end_of_global_window = GlobalWindow().max_timestamp()
+    group_coders = _GroupCoders(spec, components)
 
     def panes() -> Iterator[Any]:
-        for encoded_key, chunks in groups:
+        for (encoded_key, encoded_window), chunks in groups:
             values: List[Any] = []
             for chunk in chunks:
-                values.extend(values_impl.decode(chunk))
-            yield GlobalWindows.windowed_value(
-                (key_impl.decode(encoded_key), values), timestamp=end_of_global_window,
-                pane_info=_ON_TIME_GLOBAL_PANE)
+                values.extend(group_coders.values.decode(chunk))
+            yield window_pane(group_coders.key.decode(encoded_key), values,
+                              group_coders.window.decode(encoded_window), pane_info)
 
     for chunk in encode_chunks(output_impl, panes()):
         yield Elements(0, chunk)
