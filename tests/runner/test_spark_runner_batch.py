@@ -9,6 +9,7 @@ tagged outputs.
 from __future__ import annotations
 
 import apache_beam as beam
+import pytest
 from apache_beam.coders.coders import IntervalWindowCoder
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import trigger, window
@@ -64,32 +65,42 @@ class _CountSumAndPane(beam.DoFn):
             pane.is_first, pane.is_last, pane.timing, pane.index)
 
 
-def test_group_by_key_with_a_hot_key(make_pipeline):
+@pytest.mark.parametrize("windowed", [False, True], ids=["global", "fixed-windows"])
+def test_group_by_key_with_a_hot_key(make_pipeline, windowed):
     """One key holds 200,000 values from four inputs: more than a map task holds before it
     sends a key's values on (runners/spark/shuffle.py), so the key's pane is put together
-    from several chunks of several tasks; the pane is the single ON_TIME one at the end of
-    the global window, as on the DirectRunner."""
+    from several chunks of several tasks. In the global window the pane is the single
+    ON_TIME one at its end, first and last; in fixed windows (values with an even i in
+    [0, 10), the others in [10, 20): 100,000 of the hot key in each) each window's pane is
+    the on-time firing at the window's end, first and not last: as on the DirectRunner."""
     expected = {}
     for shard in range(4):
         for key, (_, i) in _hot_key_elements(shard):
-            count, total = expected.get(key, (0, 0))
-            expected[key] = (count + 1, total + i)
+            group = (key, i % 2) if windowed else (key, None)
+            count, total = expected.get(group, (0, 0))
+            expected[group] = (count + 1, total + i)
     # in milliseconds: Beam's coders carry timestamps in milliseconds
     end_of_global_window = window.GlobalWindow().max_timestamp().micros // 1000
-    on_time_pane = (True, True, 1, 0)  # PaneInfoTiming.ON_TIME == 1
     with make_pipeline() as p:
-        grouped = (
+        elements = (
             p
             | beam.Create(range(4))
             | beam.Reshuffle()
             | beam.FlatMap(_hot_key_elements)
-            | beam.GroupByKey()
-            | beam.ParDo(_CountSumAndPane())
         )
+        if windowed:
+            elements = (
+                elements
+                | beam.Map(lambda kv: window.TimestampedValue(kv, 10 * (kv[1][1] % 2) + 5))
+                | beam.WindowInto(window.FixedWindows(10))
+            )
+        grouped = elements | beam.GroupByKey() | beam.ParDo(_CountSumAndPane())
         assert_that(grouped, equal_to([
-            (key, count, total, [0, 1, 2, 3], end_of_global_window, on_time_pane)
-            for key, (count, total) in expected.items()]))
-    assert expected["hot"][0] == 200_000
+            (key, count, total, [0, 1, 2, 3],
+             (10 * half + 10) * 1000 - 1 if windowed else end_of_global_window,
+             (True, not windowed, 1, 0))  # PaneInfoTiming.ON_TIME == 1
+            for (key, half), (count, total) in expected.items()]))
+    assert max(count for count, _ in expected.values()) == (100_000 if windowed else 200_000)
 
 
 def test_combiners_lifted_and_global(make_pipeline):
