@@ -3,10 +3,11 @@
 Importing the SparkRunner installs its fast paths for Beam's timestamps and windows
 (``runners/spark/fast_paths.py``) in the importing process, and the benchmark's process
 imports it: a DirectRunner run there would be faster than Beam's own (measured: the keyed
-windowed sum at 99,292 events/s there, 71,501 without). So the DirectRunner row runs in a
-process started with ``spawn`` (nothing inherited), one for the whole benchmark (its
-warm-up runs warm it), which checks that the runner's module was not imported, and reports
-its own time and peak memory (a lifetime peak: the largest run so far).
+windowed sum at 99,292 events/s there, 66,198 in a process of its own). So the
+DirectRunner row runs in a process started with ``spawn`` (nothing inherited), one for the
+whole benchmark (its warm-up runs warm it), which checks that the runner's module was not
+imported, and reports its own time and peak memory (a lifetime peak: the largest run so
+far).
 
 >>> from bench.workloads import EventSet
 >>> timing = {}
