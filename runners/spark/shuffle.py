@@ -12,12 +12,13 @@ GroupByKey in batch runs as ``fn_api_runner.execution.GroupingBuffer`` does, but
 the map side keys each element by its encoded key, Spark's ``groupByKey`` (which spills
 large groups to disk) brings each key's elements together, and the reduce side hands them to
 Beam's trigger driver (``process_entire_key``), which assigns them to (merged) windows and
-emits the panes a bounded input produces. Default windowing (the global window, the default
-trigger) has one pane per key, ON_TIME, at the end of the global window, so it needs neither
-the elements' windows nor their timestamps: the map side gathers each key's *values*,
-encodes them together as one iterable per key and flush (:func:`_value_chunks`), and the
-reduce side decodes a key's few chunks straight into its pane: one decode and one encode
-per value on each side, no per-element record through Spark's shuffle.
+emits the panes a bounded input produces. When that pane is known without the driver
+(:func:`direct_pane_info`: default windowing, or a non-merging WindowFn under the default
+trigger with end-of-window timestamps: one on-time pane per key and window), the elements'
+timestamps are not needed: the map side gathers each key's *values* per window, encodes them
+together as one iterable per key, window and flush (:func:`_value_chunks`), and the reduce
+side decodes a group's few chunks straight into its pane: one decode and one encode per
+value on each side, no per-element record through Spark's shuffle.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, Iterable, Iterator, List, Sequence, Tuple
 
 from apache_beam.coders import coders
 from apache_beam.transforms.trigger import DefaultTrigger
-from apache_beam.transforms.window import GlobalWindow, GlobalWindows, TimestampCombiner
+from apache_beam.transforms.window import TimestampCombiner
 from apache_beam.utils import windowed_value
 
 from runners.spark.beam_internals import create_trigger_driver
@@ -107,7 +108,7 @@ def group_by_key(records: Any, spec: GroupSpec, components: SharedComponents,
                  partitions: int) -> Any:
     """``Elements`` of encoded ``(key, value)`` pairs -> ``Elements`` of ``(key, values)`` panes."""
     pane_info = direct_pane_info(components.windowing(spec.windowing_strategy_id))
-    if pane_info is not None and _value_coder(components.coder(spec.input_coder_id)) is not None:
+    if pane_info is not None:
         chunks = records.mapPartitions(functools.partial(_value_chunks, spec, components))
         grouped = chunks.groupByKey(partitions, partitionFunc=_partition_of_key_and_window)
         return grouped.mapPartitions(functools.partial(_direct_panes, spec, components,
@@ -165,10 +166,12 @@ def window_pane(key: Any, values: List[Any], window: Any, pane_info: Any) -> Any
 
 
 def _value_coder(windowed_kv_coder: Any) -> Any:
-    """The value coder of a windowed KV coder (None if it is not the standard KV coder)."""
+    """The value coder of a GroupByKey's windowed KV coder (Beam's KV coder is a TupleCoder
+    of two)."""
     kv_coder = getattr(windowed_kv_coder, "wrapped_value_coder", None)
     if type(kv_coder) is not coders.TupleCoder or len(kv_coder.coders()) != 2:
-        return None
+        raise TypeError(f"a GroupByKey's input coder must be a windowed KV coder, "
+                        f"got {windowed_kv_coder!r}")
     return kv_coder.coders()[1]
 
 
@@ -249,18 +252,11 @@ def _group_also_by_window(spec: GroupSpec, components: SharedComponents,
     output_impl = components.coder_impl(spec.output_coder_id)
     windowing = components.windowing(spec.windowing_strategy_id)
 
-    if windowing.is_default():
-        def panes(key, elements):
-            values = [element.value[1] for element in elements]
-            yield GlobalWindows.windowed_value(
-                (key, values), timestamp=GlobalWindow().max_timestamp(),
-                pane_info=_ON_TIME_GLOBAL_PANE)
-    else:
-        driver = create_trigger_driver(windowing, True)
+    driver = create_trigger_driver(windowing, True)  # direct_pane_info() was None
 
-        def panes(key, elements):
-            return driver.process_entire_key(
-                key, [element.with_value(element.value[1]) for element in elements])
+    def panes(key, elements):
+        return driver.process_entire_key(
+            key, [element.with_value(element.value[1]) for element in elements])
 
     def all_panes():
         for _, encoded_elements in groups:
