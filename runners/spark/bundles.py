@@ -45,7 +45,7 @@ from runners.spark.planning import StageSpec
 from runners.spark.records import Elements
 from runners.spark.side_inputs import TaskStateHandler
 from runners.spark.window_assignment import use_native_window_assignment
-from runners.spark.dependencies.worker import prepare_python_worker
+from runners.spark.dependencies.worker import JobEnvironment, prepare_python_worker
 
 #: descriptor digest -> idle processors, per Python worker process.
 _POOL: Dict[str, List["StageProcessor"]] = {}
@@ -64,16 +64,19 @@ class StageTask:
       stage: the stage's plan.
       components: the pipeline components (for coders), broadcast.
       side_inputs: a broadcast ``{state key: [values]}`` table, or None.
-      metrics: a Spark accumulator collecting serialized MonitoringInfos.
+      metrics: the run's metrics sink (:class:`~runners.spark.backends.base.MetricsSink`),
+        or None.
       bundle_size: at most this many elements per bundle; None for one bundle per partition.
       descriptor: the stage's descriptor broadcast, when it is too large to ship with every
         task (``stage.descriptor`` is then left empty).
       namer: names the task's bundles (:mod:`runners.spark.bundle_names`), or None.
+      environment: what the job staged for its workers (packages, main session).
     """
 
     def __init__(self, stage: StageSpec, components: SharedComponents, side_inputs: Any,
                  metrics: Any, bundle_size: Optional[int], descriptor: Any = None,
-                 namer: Optional[BundleNamer] = None) -> None:
+                 namer: Optional[BundleNamer] = None,
+                 environment: JobEnvironment = JobEnvironment()) -> None:
         self.digest = hashlib.sha256(stage.descriptor).hexdigest()
         self.stage = stage if descriptor is None else dataclasses.replace(stage, descriptor=b"")
         self.components = components
@@ -82,6 +85,7 @@ class StageTask:
         self.bundle_size = bundle_size
         self._descriptor = descriptor
         self.namer = namer
+        self.environment = environment
 
     def descriptor(self) -> bytes:
         return self.stage.descriptor if self._descriptor is None else self._descriptor.value
@@ -112,8 +116,9 @@ class _DelegatingState(StateHandler):
 class StageProcessor:
     """A ``BundleProcessor`` for one stage, with its in-memory data channel."""
 
-    def __init__(self, descriptor_bytes: bytes) -> None:
-        prepare_python_worker()  # a job server job's packages and main session, before unpickling
+    def __init__(self, descriptor_bytes: bytes,
+                 environment: JobEnvironment = JobEnvironment()) -> None:
+        prepare_python_worker(environment)  # the job's packages and main session, first
         self.descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor_bytes)
         # WindowInto of the standard WindowFns runs natively: ~3x faster windowed stages.
         use_native_window_assignment(self.descriptor)
@@ -195,7 +200,7 @@ def checkout(task: StageTask) -> StageProcessor:
     idle = _POOL.get(task.digest)
     if idle:
         return idle.pop()
-    return StageProcessor(task.descriptor())
+    return StageProcessor(task.descriptor(), task.environment)
 
 
 def checkin(task: StageTask, processor: StageProcessor) -> None:
@@ -246,8 +251,8 @@ def process_partition(
         checkin(task, processor)
     finally:
         processor.state.target = TaskStateHandler()
-        if collected and task.metrics is not None:
-            task.metrics.add(pack(collected))
+    if collected and task.metrics is not None:
+        yield from task.metrics.report(pack(collected))
     yield from reports
 
 

@@ -1,7 +1,7 @@
 """The pipeline's components (coders, windowing strategies) as Spark tasks see them.
 
 Beam protos and contexts do not pickle, so the driver broadcasts the serialized
-``Components`` once per pipeline; a task rebuilds a ``PipelineContext`` from those bytes the
+``Components`` once per pipeline (the backend's broadcast); a task rebuilds a ``PipelineContext`` from those bytes the
 first time it needs one and caches it by digest, so later tasks in the same Python worker
 reuse it.
 """
@@ -29,7 +29,7 @@ class SharedComponents:
     """A picklable handle on broadcast ``Components`` bytes.
 
     Args:
-      broadcast: a Spark ``Broadcast`` holding ``Components.SerializeToString()``.
+      broadcast: a backend broadcast holding ``Components.SerializeToString()``.
       digest: a digest of those bytes (the cache key on workers).
     """
 
@@ -38,9 +38,11 @@ class SharedComponents:
         self.digest = digest
 
     @classmethod
-    def create(cls, spark_context: Any, components: "beam_runner_api_pb2.Components"):
+    def create(cls, backend: Any, components: "beam_runner_api_pb2.Components"):
+        """The components broadcast by ``backend`` (a :class:`~runners.spark.backends.base.
+        Backend`)."""
         payload = components.SerializeToString()
-        return cls(spark_context.broadcast(payload), hashlib.sha256(payload).hexdigest())
+        return cls(backend.broadcast(payload), hashlib.sha256(payload).hexdigest())
 
     def context(self) -> Any:
         """This worker's ``PipelineContext`` over the components (built once per worker)."""

@@ -1,8 +1,9 @@
 """Executing an execution plan on Spark in batch (driver side).
 
 A batch run is one pass over the plan's stages (:class:`~runners.spark.stage_graph.
-StageGraph`): every stage an RDD, and one Spark job at the end that evaluates the stages
-nobody reads (sinks, ``assert_that``); jobs before it only collect side inputs. What is
+StageGraph`): every stage a dataset of the run's backend, and one Spark job at the end that
+evaluates the stages nobody reads (sinks, ``assert_that``); jobs before it only collect side
+inputs. What is
 batch's own is how keyed steps run:
 
 * a GroupByKey groups every element of a key at once and hands them to Beam's trigger driver
@@ -17,7 +18,9 @@ import functools
 from typing import Any, Iterable, Iterator, Optional
 
 from runners.spark import shuffle
+from runners.spark.backends.base import Backend, Dataset, RunMetrics
 from runners.spark.bundles import StageTask, process_partition
+from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.planning import ExecutionPlan, GroupSpec, StageSpec
 from runners.spark.run_context import RunCancelled, RunContext
 from runners.spark.stage_graph import StageGraph
@@ -28,15 +31,15 @@ __all__ = ["PlanExecution", "RunCancelled"]
 class BatchGraph(StageGraph):
     """The batch pass: keyed steps over all of their input at once."""
 
-    def group_rdd(self, buffer_id: bytes, spec: GroupSpec, records: Any) -> Any:
+    def group_dataset(self, buffer_id: bytes, spec: GroupSpec, records: Dataset) -> Dataset:
         return shuffle.group_by_key(records, spec, self.components, self.context.parallelism)
 
-    def keyed_stage_rdd(self, stage: StageSpec, records: Any) -> Any:
+    def keyed_stage_dataset(self, stage: StageSpec, records: Dataset) -> Dataset:
         keyed = shuffle.partition_by_key(records, [spec.coder_id for spec in stage.inputs],
                                          self.components, self.context.parallelism,
                                          stage.key_prefixed)
         task = self.context.stage_task(stage, self.side_input_table(stage))
-        return keyed.mapPartitions(functools.partial(_keyed_stage_partition, task))
+        return keyed.map_partitions(functools.partial(_keyed_stage_partition, task))
 
 
 def _keyed_stage_partition(task: StageTask, records: Iterable[Any]) -> Iterator[Any]:
@@ -44,26 +47,28 @@ def _keyed_stage_partition(task: StageTask, records: Iterable[Any]) -> Iterator[
 
 
 class PlanExecution:
-    """One batch run of an :class:`ExecutionPlan` on a SparkContext.
+    """One batch run of an :class:`ExecutionPlan` on Spark.
 
     Args:
-      spark_context: the SparkContext to run on.
+      backend: how the run reaches Spark.
       plan: the fused stages.
-      metrics: accumulator receiving each task's serialized MonitoringInfos.
+      metrics: the run's metrics.
       parallelism: partitions of every shuffle.
       bundle_size: at most this many elements per bundle, or None (a partition per bundle).
+      environment: what the pipeline staged for its workers.
     """
 
-    def __init__(self, spark_context: Any, plan: ExecutionPlan, metrics: Any, parallelism: int,
-                 bundle_size: Optional[int]) -> None:
-        self.context = RunContext(spark_context, plan, metrics, parallelism, bundle_size)
+    def __init__(self, backend: Backend, plan: ExecutionPlan, metrics: RunMetrics,
+                 parallelism: int, bundle_size: Optional[int],
+                 environment: JobEnvironment = JobEnvironment()) -> None:
+        self.context = RunContext(backend, plan, metrics, parallelism, bundle_size, environment)
 
     @property
     def plan(self) -> ExecutionPlan:
         return self.context.plan
 
     def cancel(self) -> None:
-        """Start no further Spark job (running ones are cancelled through their job group)."""
+        """Start no further Spark job (running ones are cancelled through the run's tag)."""
         self.context.cancelled.set()
 
     def run(self) -> None:

@@ -2,9 +2,10 @@
 
 Every bundle reports Beam ``MonitoringInfo`` protos (user counters, distributions, gauges,
 string sets, bounded tries, plus system metrics such as element counts). A task merges those
-of its bundles and adds them, serialized, to a Spark accumulator; Spark merges the updates of
-successful tasks on the driver, where :class:`SparkMetrics` consolidates them per metric
-and transform and answers ``PipelineResult.metrics().query(...)`` as Beam's runners do.
+of its bundles and hands them, serialized, to its backend's metrics sink (classic Spark: an
+accumulator; Spark Connect: a report record the run's job collects); the driver gathers the
+updates of successful tasks, and :class:`SparkMetrics` consolidates them per metric and
+transform and answers ``PipelineResult.metrics().query(...)`` as Beam's runners do.
 
 Updates of one metric merge as Beam merges its cells (:func:`consolidate`): counters and
 distributions add up, a gauge keeps its latest value, string sets and bounded tries take the
@@ -20,7 +21,6 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from apache_beam.coders import IterableCoder, StrUtf8Coder
 from apache_beam.metrics.metric import MetricResults
-from pyspark.accumulators import AccumulatorParam
 
 from runners.spark.beam_internals import (
     MetricResult,
@@ -103,20 +103,6 @@ def pack(infos: Iterable[Any]) -> List[bytes]:
 def unpack(packed: Iterable[bytes]) -> List[Any]:
     """Consolidated MonitoringInfos from serialized ones (of any number of tasks)."""
     return list(consolidate(metrics_pb2.MonitoringInfo.FromString(data) for data in packed))
-
-
-class MonitoringInfoAccumulator(AccumulatorParam):
-    """Accumulates serialized MonitoringInfos; merged into one list per run on the driver."""
-
-    def zero(self, value: List[bytes]) -> List[bytes]:
-        return []
-
-    def addInPlace(self, value1: List[bytes], value2: List[bytes]) -> List[bytes]:
-        value1.extend(value2)
-        # Keep the driver-side list short: consolidate once it grows.
-        if len(value1) > 4096:
-            value1[:] = pack(unpack(value1))
-        return value1
 
 
 class SparkMetrics(MetricResults):

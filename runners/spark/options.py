@@ -4,6 +4,8 @@ The master comes from Beam's own ``--spark_master_url`` (defined by Beam's
 ``SparkRunnerOptions``, so pipelines written for Beam's Spark runner keep working); the
 other settings are ours:
 
+``--spark_remote URL``       run on a Spark Connect server (``sc://host:port``; default: the
+                             ``SPARK_REMOTE`` environment variable, as PySpark reads it)
 ``--spark_conf KEY=VALUE``   a Spark setting, repeatable (``--spark_conf spark.executor.memory=2g``)
 ``--spark_parallelism N``    partitions of every shuffle (default: Spark's default parallelism)
 ``--bundle_size N``          at most N elements per bundle (default: one bundle per partition)
@@ -57,6 +59,15 @@ class SparkRunnerOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            "--spark_remote",
+            default=None,
+            metavar="URL",
+            help="Run on a Spark Connect server, e.g. sc://127.0.0.1:15002 (Spark 4's thin "
+            "client; Databricks serverless and standard access mode). Default: the "
+            "SPARK_REMOTE environment variable; without either, classic Spark "
+            "(--spark_master_url).",
+        )
         parser.add_argument(
             "--spark_conf",
             action="append",

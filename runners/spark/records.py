@@ -11,8 +11,9 @@ Spark moves Python objects between stages; the runner's are these, and nothing e
 * *Reports* for the driver (streaming), carried along with the data to the one Spark job of
   the micro-batch: :class:`StepReport` (a keyed step's partition after the batch),
   :class:`Residual` (a splittable DoFn's deferred restriction), :class:`SplittableReport`,
-  :class:`HeldElements` (main elements waiting for their side inputs) and
-  :class:`SideInputChunk`.
+  :class:`HeldElements` (main elements waiting for their side inputs),
+  :class:`SideInputChunk`, and :class:`MetricUpdates` (a task's metrics, where the backend
+  gathers them through the job's records: Spark Connect).
   A stage forwards the reports it receives, untouched, to whatever reads it.
 
 >>> record = Elements(0, b"encoded")
@@ -111,8 +112,16 @@ class SideInputChunk(NamedTuple):
     data: bytes
 
 
+class MetricUpdates(NamedTuple):
+    """A task's MonitoringInfos, packed (:func:`runners.spark.metrics.pack`), on their way to
+    the driver with the job's reports."""
+
+    packed: Tuple[bytes, ...]
+
+
 #: Every report type (what a stage forwards without looking inside).
-REPORT_TYPES = (StepReport, Residual, SplittableReport, HeldElements, SideInputChunk)
+REPORT_TYPES = (StepReport, Residual, SplittableReport, HeldElements, SideInputChunk,
+                MetricUpdates)
 
 
 def is_report(record: Any) -> bool:

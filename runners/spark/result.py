@@ -1,7 +1,8 @@
 """The PipelineResult of a run on Spark: state, waiting, cancelling, draining, metrics.
 
 The run executes in a background thread (its Spark jobs carry a job tag of their own), so
-``run()`` returns at once and ``cancel()`` can stop the run's Spark jobs.
+``run()`` returns at once and ``cancel()`` can stop the run's Spark jobs, on classic Spark and
+on Spark Connect alike.
 ``wait_until_finish()`` re-raises a failed run's error: the user's own exception from the
 failed task (type and message, with the transform named), not Spark's Java error text.
 
@@ -27,8 +28,8 @@ import threading
 from typing import Any, Callable, Dict, Optional
 
 from apache_beam.runners.runner import PipelineResult, PipelineState
-from pyspark import InheritableThread
 
+from runners.spark.backends.base import Backend, RunMetrics
 from runners.spark.errors import StageError, original_error
 from runners.spark.execution import PlanExecution
 from runners.spark.metrics import SparkMetrics, unpack
@@ -46,16 +47,16 @@ class SparkPipelineResult(PipelineResult):
     >>> # result.metrics().query()["counters"]
     """
 
-    def __init__(self, spark_context: Any, execution: PlanExecution, metrics: Any) -> None:
+    def __init__(self, backend: Backend, execution: PlanExecution, metrics: RunMetrics) -> None:
         super().__init__(PipelineState.STARTING)
-        self._spark_context = spark_context
+        self._backend = backend
         self._execution = execution
-        self._metrics_accumulator = metrics
+        self._run_metrics = metrics
         self._names = execution.context.names
         self._error: Optional[BaseException] = None
         self._cancel_requested = False
         self._lock = threading.Lock()
-        self._thread = InheritableThread(target=self._run, name=self._names.run_tag, daemon=True)
+        self._thread = backend.thread(self._run, self._names.run_tag)
 
     def start(self) -> "SparkPipelineResult":
         self._state = PipelineState.RUNNING
@@ -100,7 +101,7 @@ class SparkPipelineResult(PipelineResult):
                 return self._state
             self._cancel_requested = True
         self._execution.cancel()
-        self._spark_context.cancelJobsWithTag(self._names.run_tag)
+        self._backend.cancel(self._names.run_tag)
         self._thread.join()
         return self._state
 
@@ -161,12 +162,11 @@ class SparkPipelineResult(PipelineResult):
     def metrics(self) -> SparkMetrics:
         """User metrics (counters, distributions, gauges, string sets) of successful tasks:
         while the run goes on, of the tasks finished so far."""
-        return SparkMetrics(unpack(list(self._metrics_accumulator.value)))
+        return SparkMetrics(unpack(self._run_metrics.value))
 
     def monitoring_metrics(self) -> SparkMetrics:
         """All metrics, including Beam's system metrics (element counts, timings)."""
-        return SparkMetrics(unpack(list(self._metrics_accumulator.value)),
-                            user_metrics_only=False)
+        return SparkMetrics(unpack(self._run_metrics.value), user_metrics_only=False)
 
 
 def _spark_failure(error: BaseException) -> BaseException:

@@ -1,4 +1,4 @@
-"""What every pass of one run shares: Spark, the plan, the run's name, cancellation, and
+"""What every pass of one run shares: the backend, the plan, the run's name, cancellation, and
 per-run caches (the broadcast components and large stage descriptors)."""
 
 from __future__ import annotations
@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
+from runners.spark.backends.base import Backend, Dataset, JobNames, RunMetrics
 from runners.spark.bundle_names import BundleNamer
 from runners.spark.bundles import StageTask
 from runners.spark.components import SharedComponents
+from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.planning import ExecutionPlan, StageSpec
-from runners.spark.spark_names import SparkNames
 
 #: Stage descriptors larger than this are broadcast instead of shipped with every task
 #: (they carry the stage's pickled DoFns, which can hold large objects).
@@ -28,34 +29,36 @@ class RunContext:
     """What every pass of one run shares: Spark, the plan, and per-run caches.
 
     Args:
-      spark_context: the SparkContext to run on.
+      backend: how the run reaches Spark (:mod:`runners.spark.backends`).
       plan: the fused stages.
-      metrics: accumulator receiving each task's serialized MonitoringInfos.
+      metrics: the run's metrics (its tasks report to ``metrics.sink``).
       parallelism: partitions of every shuffle (key partitions of keyed steps).
       bundle_size: at most this many elements per bundle, or None (a partition per bundle).
+      environment: what the pipeline staged for its workers (packages, main session).
     """
 
-    spark_context: Any
+    backend: Backend
     plan: ExecutionPlan
-    metrics: Any
+    metrics: RunMetrics
     parallelism: int
     bundle_size: Optional[int]
+    environment: JobEnvironment = dataclasses.field(default_factory=JobEnvironment)
     components: Optional[SharedComponents] = None
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
     jobs: int = 0  # Spark jobs this run started
     #: the run's name in its bundles' names (stable across a restart from a checkpoint)
     run_name: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
     batch: int = 0  # the micro-batch being built (0 in batch)
-    #: what Spark's UI and event log call the run's jobs and stages
-    names: Optional[SparkNames] = None
+    #: what Spark's tools call the run's jobs and stages, and the tag cancelling it cancels
+    names: Optional[JobNames] = None
     _descriptors: Dict[int, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.names is None:
-            self.names = SparkNames(self.spark_context, f"beam-{uuid.uuid4().hex}")
+            self.names = self.backend.job_names(f"beam-{uuid.uuid4().hex}")
 
     def start(self) -> None:
-        self.components = SharedComponents.create(self.spark_context, self.plan.components)
+        self.components = SharedComponents.create(self.backend, self.plan.components)
 
     def check_cancelled(self) -> None:
         if self.cancelled.is_set():
@@ -66,15 +69,22 @@ class RunContext:
         self.check_cancelled()
         self.jobs += 1
 
+    def collect(self, dataset: Dataset) -> List[Any]:
+        """Run a Spark job: the records of ``dataset`` on the driver (the metric updates
+        among them go to the run's metrics)."""
+        self.before_job()
+        return self.metrics.take(self.backend.collect(dataset))
+
     def stage_task(self, stage: StageSpec, side_inputs: Any = None) -> StageTask:
         """What a task needs to run ``stage``; a large descriptor is broadcast once a run."""
         descriptor = None
         if len(stage.descriptor) > BROADCAST_DESCRIPTOR_BYTES:
             if stage.index not in self._descriptors:
-                self._descriptors[stage.index] = self.spark_context.broadcast(stage.descriptor)
+                self._descriptors[stage.index] = self.backend.broadcast(stage.descriptor)
             descriptor = self._descriptors[stage.index]
-        return StageTask(stage, self.components, side_inputs, self.metrics, self.bundle_size,
-                         descriptor, BundleNamer(self.run_name, self.batch, stage.name))
+        return StageTask(stage, self.components, side_inputs, self.metrics.sink,
+                         self.bundle_size, descriptor,
+                         BundleNamer(self.run_name, self.batch, stage.name), self.environment)
 
     def release(self) -> None:
         for broadcast in self._descriptors.values():

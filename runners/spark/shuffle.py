@@ -9,8 +9,9 @@ on the map side per target partition (:class:`~runners.spark.records.KeyedPacker
 shuffle moves a few large records instead of one per element.
 
 GroupByKey in batch runs as ``fn_api_runner.execution.GroupingBuffer`` does, but distributed:
-the map side keys each element by its encoded key, Spark's ``groupByKey`` (which spills
-large groups to disk) brings each key's elements together, and the reduce side hands them to
+the map side keys each element by its encoded key, the backend's ``group_by_key`` (Spark's
+shuffle, which spills large groups to disk) brings each key's elements together, and the
+reduce side hands them to
 Beam's trigger driver (``process_entire_key``), which assigns them to (merged) windows and
 emits the panes a bounded input produces. When that pane is known without the driver
 (:func:`direct_pane_info`: default windowing, or a non-merging WindowFn under the default
@@ -18,12 +19,17 @@ trigger with end-of-window timestamps: one on-time pane per key and window), the
 timestamps are not needed: the map side gathers each key's *values* per window, encodes them
 together as one iterable per key, window and flush (:func:`_value_chunks`), and the reduce
 side decodes a group's few chunks straight into its pane: one decode and one encode per
-value on each side, no per-element record through Spark's shuffle.
+value on each side, no per-element record through Spark's shuffle. Reports the GroupByKey
+receives (a task's metrics, where the backend gathers them so) go through the shuffle under
+their own group, :data:`REPORTS_GROUP`, and come out after the panes.
+
+Every function here works on the backend's datasets (:mod:`runners.spark.backends`).
 """
 
 from __future__ import annotations
 
 import functools
+import pickle
 import zlib
 from typing import Any, Iterable, Iterator, List, Sequence, Tuple
 
@@ -32,6 +38,7 @@ from apache_beam.transforms.trigger import DefaultTrigger
 from apache_beam.transforms.window import TimestampCombiner
 from apache_beam.utils import windowed_value
 
+from runners.spark.backends.base import Dataset
 from runners.spark.beam_internals import create_trigger_driver
 from runners.spark.components import SharedComponents, encode_chunks, iter_encoded, join_chunks
 from runners.spark.planning import GroupSpec
@@ -52,13 +59,9 @@ def partition_of(encoded_key: bytes, partitions: int) -> int:
     return zlib.crc32(encoded_key) % partitions
 
 
-def _identity(number: int) -> int:
-    return number
-
-
 # ----- key partitioning
-def partition_by_key(records: Any, coder_ids: Sequence[str], components: SharedComponents,
-                     partitions: int, key_prefixed: bool = False) -> Any:
+def partition_by_key(records: Dataset, coder_ids: Sequence[str], components: SharedComponents,
+                     partitions: int, key_prefixed: bool = False) -> Dataset:
     """``Elements`` (on ports whose coders are ``coder_ids``) as :class:`KeyedElements`, each
     key in one of ``partitions`` partitions (partition i of the result holds key partition
     i); reports ride along to partition 0.
@@ -67,9 +70,9 @@ def partition_by_key(records: Any, coder_ids: Sequence[str], components: SharedC
     length-prefixes a key that coder reads as opaque bytes) in its nested form, so the
     bytes equal the SDK harness's own encoding of the key (its user state keys).
     """
-    keyed = records.mapPartitions(functools.partial(
+    keyed = records.map_partitions(functools.partial(
         keyed_records, tuple(coder_ids), components, partitions, key_prefixed))
-    return keyed.partitionBy(partitions, _identity).values()
+    return keyed.partition_by(partitions)
 
 
 def keyed_records(coder_ids: Tuple[str, ...], components: SharedComponents, partitions: int,
@@ -104,19 +107,31 @@ def without_keys(records: Iterable[Any]) -> Iterator[Any]:
 
 
 # ----- GroupByKey in batch
-def group_by_key(records: Any, spec: GroupSpec, components: SharedComponents,
-                 partitions: int) -> Any:
-    """``Elements`` of encoded ``(key, value)`` pairs -> ``Elements`` of ``(key, values)`` panes."""
+#: The group a GroupByKey's map side sends the reports it receives under (each pickled): no
+#: group of elements has a key of this shape (a key's encoding, or a pair of key and window).
+REPORTS_GROUP = (b"reports",)
+
+
+def group_by_key(records: Dataset, spec: GroupSpec, components: SharedComponents,
+                 partitions: int) -> Dataset:
+    """``Elements`` of encoded ``(key, value)`` pairs -> ``Elements`` of ``(key, values)`` panes;
+    reports pass through."""
     pane_info = direct_pane_info(components.windowing(spec.windowing_strategy_id))
     if pane_info is not None:
-        chunks = records.mapPartitions(functools.partial(_value_chunks, spec, components))
-        grouped = chunks.groupByKey(partitions, partitionFunc=_partition_of_key_and_window)
-        return grouped.mapPartitions(functools.partial(_direct_panes, spec, components,
-                                                       pane_info))
-    keyed = records.mapPartitions(functools.partial(_key_elements, spec.input_coder_id,
-                                                    components))
-    grouped = keyed.groupByKey(partitions, partitionFunc=key_partition)
-    return grouped.mapPartitions(functools.partial(_group_also_by_window, spec, components))
+        chunks = records.map_partitions(functools.partial(_value_chunks, spec, components))
+        grouped = chunks.group_by_key(partitions, _partition_of_group)
+        return grouped.map_partitions(functools.partial(_direct_panes, spec, components,
+                                                        pane_info))
+    keyed = records.map_partitions(functools.partial(_key_elements, spec.input_coder_id,
+                                                     components))
+    grouped = keyed.group_by_key(partitions, _partition_of_group)
+    return grouped.map_partitions(functools.partial(_group_also_by_window, spec, components))
+
+
+def _partition_of_group(group: Any) -> int:
+    """The partition hash of a group: its encoded key's (a group is an encoded key, or a
+    tuple whose first item is one)."""
+    return key_partition(group[0] if type(group) is tuple else group)
 
 
 def _key_elements(coder_id: str, components: SharedComponents, records: Iterable[Any]):
@@ -126,6 +141,12 @@ def _key_elements(coder_id: str, components: SharedComponents, records: Iterable
         if type(record) is Elements:
             for element, encoded in iter_encoded(coder_impl, record.data):
                 yield key_impl.encode(element.value[0]), encoded
+        else:
+            yield REPORTS_GROUP, pickle.dumps(record)
+
+
+def _reports_of(chunks: Iterable[bytes]) -> List[Any]:
+    return [pickle.loads(chunk) for chunk in chunks]
 
 
 _ON_TIME_GLOBAL_PANE = windowed_value.PaneInfo(
@@ -187,10 +208,6 @@ class _GroupCoders:
             spec.windowing_strategy_id).windowfn.get_window_coder().get_impl()
 
 
-def _partition_of_key_and_window(key_and_window: Tuple[bytes, bytes]) -> int:
-    return key_partition(key_and_window[0])
-
-
 def _value_chunks(spec: GroupSpec, components: SharedComponents,
                   records: Iterable[Any]) -> Iterator[Tuple[Tuple[bytes, bytes], bytes]]:
     """The map side of a direct-pane GroupByKey: ``((encoded key, encoded window), encoded
@@ -203,6 +220,7 @@ def _value_chunks(spec: GroupSpec, components: SharedComponents,
     held = 0
     for record in records:
         if type(record) is not Elements:
+            yield REPORTS_GROUP, pickle.dumps(record)
             continue
         for element, _ in iter_encoded(group_coders.element, record.data):
             key, value = element.value
@@ -233,9 +251,14 @@ def _direct_panes(spec: GroupSpec, components: SharedComponents, pane_info: Any,
     """The reduce side of a direct-pane GroupByKey: each key's pane in each window."""
     output_impl = components.coder_impl(spec.output_coder_id)
     group_coders = _GroupCoders(spec, components)
+    reports: List[Any] = []
 
     def panes() -> Iterator[Any]:
-        for (encoded_key, encoded_window), chunks in groups:
+        for group, chunks in groups:
+            if group == REPORTS_GROUP:
+                reports.extend(_reports_of(chunks))
+                continue
+            encoded_key, encoded_window = group
             values: List[Any] = []
             for chunk in chunks:
                 values.extend(group_coders.values.decode(chunk))
@@ -244,6 +267,7 @@ def _direct_panes(spec: GroupSpec, components: SharedComponents, pane_info: Any,
 
     for chunk in encode_chunks(output_impl, panes()):
         yield Elements(0, chunk)
+    yield from reports
 
 
 def _group_also_by_window(spec: GroupSpec, components: SharedComponents,
@@ -253,32 +277,37 @@ def _group_also_by_window(spec: GroupSpec, components: SharedComponents,
     windowing = components.windowing(spec.windowing_strategy_id)
 
     driver = create_trigger_driver(windowing, True)  # direct_pane_info() was None
+    reports: List[Any] = []
 
     def panes(key, elements):
         return driver.process_entire_key(
             key, [element.with_value(element.value[1]) for element in elements])
 
     def all_panes():
-        for _, encoded_elements in groups:
+        for group, encoded_elements in groups:
+            if group == REPORTS_GROUP:
+                reports.extend(_reports_of(encoded_elements))
+                continue
             elements = [element for chunk in encoded_elements
                         for element, _ in iter_encoded(input_impl, chunk)]
             yield from panes(elements[0].value[0], elements)
 
     for chunk in encode_chunks(output_impl, all_panes()):
         yield Elements(0, chunk)
+    yield from reports
 
 
 # ----- Reshuffle
-def reshuffle(records: Any, input_coder_id: str, output_coder_id: str,
-              components: SharedComponents, partitions: int) -> Any:
+def reshuffle(records: Dataset, input_coder_id: str, output_coder_id: str,
+              components: SharedComponents, partitions: int) -> Dataset:
     """Redistribute elements evenly over ``partitions`` (windows, timestamps, panes kept).
 
     Elements are dealt round-robin, each input partition starting at its own index; Spark's
     ``repartition`` would move pickled batches of elements, leaving small inputs unspread.
     """
-    dealt = records.mapPartitionsWithIndex(
+    dealt = records.map_partitions_with_index(
         functools.partial(deal_elements, input_coder_id, output_coder_id, components))
-    return dealt.partitionBy(partitions, _identity).values().mapPartitions(join_dealt)
+    return dealt.partition_by(partitions).map_partitions(join_dealt)
 
 
 def deal_elements(input_coder_id: str, output_coder_id: str, components: SharedComponents,

@@ -1,26 +1,31 @@
-"""One pass over a plan's fused stages as Spark RDDs: how every stage runs, in batch and in
-each streaming micro-batch.
+"""One pass over a plan's fused stages as Spark datasets: how every stage runs, in batch and
+in each streaming micro-batch.
 
 A pass is planned before it is built, as Beam's FnApiRunner plans stages before running
 them: :meth:`StageGraph.plan_pass` decides on the driver, without Spark, which stages run and
 which buffers may hold data (a micro-batch skips what has nothing to do, and an idle one runs
-no job at all); :meth:`StageGraph.run_pass` then makes each running stage an RDD, in the
-plan's topological order, and runs the pass's one Spark job.
+no job at all); :meth:`StageGraph.run_pass` then makes each running stage a dataset of the
+run's backend (:mod:`runners.spark.backends`: RDDs on classic Spark, DataFrames on Spark
+Connect), in the plan's topological order, and runs the pass's one Spark job.
 
 * A stage's input is the union of what its input buffers received, each element chunk
   labelled with the stage input it feeds (:class:`~runners.spark.records.Elements`); it runs
-  with ``mapPartitions`` (:func:`~runners.spark.bundles.process_partition`: one partition,
+  over each partition (:func:`~runners.spark.bundles.process_partition`: one partition,
   one bundle of Beam's SDK harness). A Reshuffle stage is a shuffle of the runner's.
 * A ``group:`` buffer is a GroupByKey the runner performs on what its writers wrote; a
-  stateful stage's input is partitioned by key first. How (batch: Spark's groupByKey and
+  stateful stage's input is partitioned by key first. How (batch: a shuffle by key and
   Beam's trigger driver over all of a key's elements; streaming: keyed state kept per
-  partition) is the subclass's (:meth:`group_rdd`, :meth:`keyed_stage_rdd`).
+  partition) is the subclass's (:meth:`group_dataset`, :meth:`keyed_stage_dataset`).
 * Reports for the driver (:mod:`runners.spark.records`) travel with the data: a stage read by
-  exactly one reader hands them on to it; a stage read by several is written once to
-  shuffle files its readers all read, and its reports go straight to the pass's job. That job collects the reports of
+  exactly one reader hands them on to it; a stage read by several is computed once for all
+  of them (:meth:`~runners.spark.backends.base.Backend.compute_once`), and its reports go
+  straight to the pass's job. That job collects the reports of
   every stage nobody reads (sinks): one Spark job per pass.
 * Side inputs are collected (a Spark job, before their reader is built), laid out per
   window and broadcast (:mod:`runners.spark.side_inputs`).
+
+Nothing here calls Spark but through the backend: the same pass runs on classic Spark and
+on Spark Connect.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from runners.spark import shuffle
 from runners.spark import side_inputs as side_input_tables
+from runners.spark.backends.base import Dataset
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER
 from runners.spark.bundles import process_partition
 from runners.spark.planning import (
@@ -70,16 +76,17 @@ class StageGraph:
 
     def __init__(self, context: RunContext) -> None:
         self.context = context
-        self.sc = context.spark_context
+        self.backend = context.backend
         self.plan = context.plan
         self.components = context.components
-        self._outputs: Dict[Tuple[str, Any], Any] = {}  # producer -> its output RDD
+        self._outputs: Dict[Tuple[str, Any], Dataset] = {}  # producer -> its output
         self._carriers: Dict[Tuple[str, Any], Tuple[str, Any]] = {}  # producer -> reader
-        self._terminals: List[Any] = []
+        self._terminals: List[Dataset] = []
+        self._computed_once: List[Dataset] = []
         self._stages = {stage.index: stage for stage in self.plan.stages}
         self._side_chunks: Dict[bytes, List[bytes]] = {}
         self._broadcasts: List[Any] = []
-        #: producer -> the Beam steps its output RDD computes since the last shuffle (what
+        #: producer -> the Beam steps its output computes since the last shuffle (what
         #: the Spark stage that ends there runs: see :mod:`~runners.spark.spark_names`)
         self._steps: Dict[Tuple[str, Any], Tuple[str, ...]] = {}
         self._terminal_steps: List[str] = []
@@ -88,10 +95,10 @@ class StageGraph:
         self.coalesce_terminals = True
 
     # ----- what subclasses decide
-    def source_rdd(self, buffer_id: bytes) -> Optional[Any]:
-        """An RDD of ``Elements`` for a buffer the runner fills itself, or None."""
+    def source_dataset(self, buffer_id: bytes) -> Optional[Dataset]:
+        """``Elements`` for a buffer the runner fills itself, or None."""
         if buffer_id == IMPULSE_BUFFER:
-            return self.sc.parallelize([Elements(0, ENCODED_IMPULSE_VALUE)], 1)
+            return self.backend.source([Elements(0, ENCODED_IMPULSE_VALUE)], 1)
         return None
 
     def source_may_have_data(self, buffer_id: bytes) -> bool:
@@ -100,21 +107,21 @@ class StageGraph:
     def group_runs(self, buffer_id: bytes, input_live: bool) -> bool:
         return input_live
 
-    def group_rdd(self, buffer_id: bytes, spec: GroupSpec, records: Any) -> Any:
+    def group_dataset(self, buffer_id: bytes, spec: GroupSpec, records: Dataset) -> Dataset:
         raise NotImplementedError
 
     def stage_runs(self, stage: StageSpec, input_live: bool) -> bool:
         return input_live
 
-    def keyed_stage_rdd(self, stage: StageSpec, records: Any) -> Any:
+    def keyed_stage_dataset(self, stage: StageSpec, records: Dataset) -> Dataset:
         raise NotImplementedError
 
-    def stage_rdd(self, stage: StageSpec, records: Any) -> Any:
+    def stage_dataset(self, stage: StageSpec, records: Dataset) -> Dataset:
         """A stage that is neither keyed nor a Reshuffle (a splittable DoFn may override)."""
         task = self.context.stage_task(stage, self.side_input_table(stage))
-        return records.mapPartitions(functools.partial(process_partition, task))
+        return records.map_partitions(functools.partial(process_partition, task))
 
-    def stage_input(self, stage: StageSpec, records: Any) -> Any:
+    def stage_input(self, stage: StageSpec, records: Dataset) -> Dataset:
         """A stage's input records as the stage receives them (streaming holds main
         elements whose side inputs are not ready)."""
         return records
@@ -124,8 +131,8 @@ class StageGraph:
         runs in it (streaming keeps them for later batches; batch runs every reader)."""
         return []
 
-    def extra_terminals(self) -> List[Any]:
-        """RDDs of reports the pass's job collects besides the stages' own."""
+    def extra_terminals(self) -> List[Dataset]:
+        """Reports the pass's job collects besides the stages' own."""
         return []
 
     def pass_name(self, plan: PassPlan) -> str:
@@ -222,52 +229,51 @@ class StageGraph:
                 self._terminals.extend(self.extra_terminals())
                 if not self._terminals:
                     return []
-                union = (self._terminals[0] if len(self._terminals) == 1
-                         else self.sc.union(self._terminals))
-                if (self.coalesce_terminals
-                        and union.getNumPartitions() > self.context.parallelism):
+                union = self.backend.union(self._terminals)
+                if self.coalesce_terminals:
                     # A Python task costs ~0.1 s however little it does: fewer, fuller tasks.
                     union = union.coalesce(self.context.parallelism)
-                self.context.before_job()
                 with names.call_site(stage_label(self._terminal_steps)):
-                    return union.collect()
+                    return self.context.collect(union)
         finally:
             self.release_pass()
 
     def release_pass(self) -> None:
-        for broadcast in self._broadcasts:
-            broadcast.unpersist()
-        self._broadcasts, self._terminals = [], []
+        for held in self._broadcasts + self._computed_once:
+            held.unpersist()
+        self._broadcasts, self._terminals, self._computed_once = [], [], []
         self._outputs, self._carriers, self._side_chunks = {}, {}, {}
         self._steps, self._terminal_steps = {}, []
 
-    def _stage(self, stage: StageSpec) -> Any:
+    def _stage(self, stage: StageSpec) -> Dataset:
         records = self.stage_input(stage, self._input(stage))
         upstream = tuple(step for spec in stage.inputs for producer in self._producers(
             spec.buffer_id) for step in self._steps.get(producer, ()))
         if stage.kind != RESHUFFLE_STAGE and not stage.keyed:
             self._steps[("stage", stage.index)] = upstream + stage.steps
-            return self.stage_rdd(stage, records)
+            return self.stage_dataset(stage, records)
         # Its input is shuffled first: the Spark stage before it ends with that shuffle.
         self._steps[("stage", stage.index)] = stage.steps
         with self.context.names.call_site(stage_label(upstream, then=" + ".join(stage.steps))):
             if stage.keyed:
-                return self.keyed_stage_rdd(stage, records)
+                return self.keyed_stage_dataset(stage, records)
             spec = stage.inputs[0]
             return shuffle.reshuffle(records, spec.coder_id, stage.output_coder_id or spec.coder_id,
                                      self.components, self.context.parallelism)
 
-    def _input(self, stage: StageSpec) -> Any:
+    def _input(self, stage: StageSpec) -> Dataset:
         """The stage's input records: each input buffer's elements on the input's port."""
         parts = []
         for port, spec in enumerate(stage.inputs):
             parts.extend(self._buffer_parts(spec.buffer_id, port, ("stage", stage.index)))
-        if not parts:
-            return self.sc.emptyRDD()
-        return parts[0] if len(parts) == 1 else self.sc.union(parts)
+        return self._union(parts)
 
-    def _buffer_parts(self, buffer_id: bytes, port: int, reader: Tuple[str, Any]) -> List[Any]:
-        source = self.source_rdd(buffer_id)
+    def _union(self, parts: List[Dataset]) -> Dataset:
+        return self.backend.union(parts) if parts else self.backend.empty()
+
+    def _buffer_parts(self, buffer_id: bytes, port: int,
+                      reader: Tuple[str, Any]) -> List[Dataset]:
+        source = self.source_dataset(buffer_id)
         if source is not None:
             if not self.pass_plan or buffer_id not in self.pass_plan.live:
                 return []
@@ -295,7 +301,7 @@ class StageGraph:
         return [buffer_id for _, buffer_id in self._stages[producer[1]].outputs]
 
     def _edge(self, producer: Tuple[str, Any], buffer_id: bytes, port: int,
-              reader: Tuple[str, Any]) -> Any:
+              reader: Tuple[str, Any]) -> Dataset:
         """The producer's elements of ``buffer_id``, on ``port``; its reports too when this
         reader carries them on. (A stage may write one buffer from several outputs: the
         outputs of a Flatten's inputs.)"""
@@ -304,20 +310,19 @@ class StageGraph:
             index for index, written in enumerate(self._written(producer))
             if written == buffer_id))
         with_reports = self._carriers.get(producer) == reader
-        rdd = output.filter(functools.partial(_wanted, ports, with_reports))
+        wanted = output.filter(functools.partial(_wanted, ports, with_reports))
         if ports == frozenset([port]):
-            return rdd
-        return rdd.map(functools.partial(relabel, port))
+            return wanted
+        return wanted.map(functools.partial(relabel, port))
 
     def _group(self, buffer_id: bytes) -> None:
         writers = self._writers(buffer_id)
-        parts = [self._edge(producer, buffer_id, 0, ("group", buffer_id)) for producer in writers]
-        records = (self.sc.emptyRDD() if not parts else parts[0] if len(parts) == 1
-                   else self.sc.union(parts))
+        records = self._union([self._edge(producer, buffer_id, 0, ("group", buffer_id))
+                               for producer in writers])
         spec = self.plan.groups[buffer_id]
         upstream = [step for producer in writers for step in self._steps.get(producer, ())]
         with self.context.names.call_site(stage_label(upstream, then=spec.transform_name)):
-            self._outputs[("group", buffer_id)] = self.group_rdd(buffer_id, spec, records)
+            self._outputs[("group", buffer_id)] = self.group_dataset(buffer_id, spec, records)
         self._steps[("group", buffer_id)] = (spec.transform_name,)
         self._hand_on(("group", buffer_id))
 
@@ -325,33 +330,27 @@ class StageGraph:
         """Decide where the producer's reports go: on with its only data reader, or (read by
         several, or only as a side input, or by nobody) straight to the pass's job.
 
-        An output read several times is written once to shuffle files that every reader
-        reads (each of its partitions becomes the same partition of a shuffle): a persisted
-        RDD would be computed once too, but its readers, sibling stages of one job, race
-        for its blocks (Spark then logs "Block ... already exists" as a second task waits
-        for the first to store it)."""
+        An output read several times is computed once for all of its readers (and jobs)."""
         readers = self.pass_plan.readers.get(producer, [])
         output = self._outputs[producer]
         if len(readers) == 1 and readers[0][0] != "side":
             self._carriers[producer] = readers[0]
             return
-        if readers and output.getNumPartitions():
+        if readers:
             label = stage_label(self._steps.get(producer, ()), then=f"{len(readers)} readers")
             with self.context.names.call_site(label):
-                output = (output.mapPartitionsWithIndex(_keyed_by_partition)
-                          .partitionBy(output.getNumPartitions(), _identity).values())
+                output = self.backend.compute_once(output)
+            self._computed_once.append(output)
             self._outputs[producer] = output
             self._steps[producer] = ()
         self._terminals.append(output.filter(is_report))
         self._terminal_steps.extend(self._steps.get(producer, ()))
 
     # ----- side inputs
-    def buffer_chunks_rdd(self, buffer_id: bytes) -> Any:
+    def buffer_chunks(self, buffer_id: bytes) -> Dataset:
         """The encoded element chunks a buffer received in this pass (no reports)."""
         parts = self._buffer_parts(buffer_id, 0, ("side", buffer_id))
-        rdd = (self.sc.emptyRDD() if not parts else parts[0] if len(parts) == 1
-               else self.sc.union(parts))
-        return rdd.filter(functools.partial(is_elements_of, 0)).map(data_of)
+        return self._union(parts).filter(functools.partial(is_elements_of, 0)).map(data_of)
 
     def collect_buffers(self, buffer_ids: List[bytes]) -> Dict[bytes, List[bytes]]:
         """The chunks of these buffers in this pass, collected in one Spark job."""
@@ -359,14 +358,13 @@ class StageGraph:
         collected: Dict[bytes, List[bytes]] = {buffer_id: [] for buffer_id in wanted}
         if not wanted:
             return collected
-        tagged = [self.buffer_chunks_rdd(buffer_id).map(functools.partial(on_position, position))
+        tagged = [self.buffer_chunks(buffer_id).map(functools.partial(on_position, position))
                   for position, buffer_id in enumerate(wanted)]
-        self.context.before_job()
-        union = tagged[0] if len(tagged) == 1 else self.sc.union(tagged)
+        union = self.backend.union(tagged)
         steps = [step for buffer_id in wanted for producer in self._producers(buffer_id)
                  for step in self._steps.get(producer, ())]
         with self.context.names.job("collect side inputs", steps):
-            for position, chunk in union.collect():
+            for position, chunk in self.context.collect(union):
                 collected[wanted[position]].append(chunk)
         return collected
 
@@ -382,17 +380,9 @@ class StageGraph:
                                                          coder)
             for state_key, values in materialized.items():
                 table.setdefault(state_key, []).extend(values)
-        broadcast = self.sc.broadcast(table)
+        broadcast = self.backend.broadcast(table)
         self._broadcasts.append(broadcast)
         return broadcast
-
-
-def _keyed_by_partition(partition: int, records: Any) -> Any:
-    return ((partition, record) for record in records)
-
-
-def _identity(partition: int) -> int:
-    return partition
 
 
 def on_position(position: int, chunk: bytes) -> Tuple[int, bytes]:

@@ -186,4 +186,4 @@ def test_a_taken_port_is_refused_before_spark_starts():
         with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}.*pick another"):
             server.start()
         assert time.monotonic() - started < 5
-        assert server._spark_context is None
+        assert server._backend is None

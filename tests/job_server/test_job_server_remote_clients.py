@@ -38,7 +38,7 @@ def test_with_the_flag_it_binds_every_interface_and_warns(spark_session, caplog)
     # On the test session's SparkContext (it is not stopped with the server); bound for a
     # moment only, and asked over loopback.
     server = SparkJobServer(port=0, host="0.0.0.0", allow_remote_clients=True,
-                            spark_context=spark_session.sparkContext)
+                            spark=spark_session)
     with caplog.at_level(logging.WARNING, logger="runners.spark.job_server.server"):
         server.start()
     try:

@@ -16,6 +16,7 @@ from apache_beam.testing import test_stream as streams
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
 from runners.spark import planning
+from runners.spark.options import is_local_master
 from runners.spark.streaming.loop import check_durable_state
 from runners.spark.streaming.state_store import RUN_DIRECTORY_PREFIX
 from runners.spark.streaming.storage import DurableStorage, StorageError
@@ -74,12 +75,14 @@ def test_a_cluster_run_with_keyed_state_needs_a_checkpoint_location(tmp_path):
     plan = _keyed_plan()
     for master in ("spark://127.0.0.1:7077", "yarn", "k8s://https://api:6443",
                    "local-cluster[2,1,1024]"):
+        where = f"classic Spark ({master})"
         with pytest.raises(ValueError) as error:
-            check_durable_state(master, plan, None)
+            check_durable_state(is_local_master(master), where, plan, None)
         assert "--checkpoint_dir" in str(error.value) and master in str(error.value)
         assert "Sum/" in str(error.value)
-        check_durable_state(master, plan, DurableStorage.open(str(tmp_path)))  # with one: runs
-    check_durable_state("local[2]", plan, None)  # one executor: its stores stay put
+        # With a checkpoint location it runs.
+        check_durable_state(False, where, plan, DurableStorage.open(str(tmp_path)))
+    check_durable_state(True, "classic Spark (local[2])", plan, None)  # one executor
 
 
 class SeeStores(beam.DoFn):

@@ -13,11 +13,13 @@ each staged file means for a pipeline that runs in Spark's own Python workers:
   server fails the job, by name.
 * the pickled main session (``--save_main_session``): loaded on the driver, shipped under a
   name of its content, and loaded in each Python worker before the job's first bundle there.
-* other Python code (``.py``, ``.zip``, ``.egg`` not named as packages):
-  ``SparkContext.addPyFile`` (on every worker's path from then on).
+* other Python code (``.py``, ``.zip``, ``.egg`` not named as packages): on every worker's
+  path from then on (the backend's ``add_python_file``: ``addPyFile``, or a Connect
+  artifact).
 * the client's environment listing (``submission_environment_dependencies.txt``): not used;
   executors run the server's interpreter.
-* any other file: ``SparkContext.addFile`` (tasks find it with ``SparkFiles.get(name)``).
+* any other file: shipped for the tasks, which find it with ``SparkFiles.get(name)`` (the
+  backend's ``add_file``).
 
 Each decision is returned as a line for the job's message stream.
 
@@ -31,12 +33,13 @@ import dataclasses
 import os
 import shutil
 import sys
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 
+from runners.spark.backends.base import Backend
+from runners.spark.beam_internals import beam_runner_api_pb2, common_urns, pickler, proto_utils
 from runners.spark.dependencies import packages as job_packages
 from runners.spark.dependencies import worker as job_environment
-from runners.spark.beam_internals import beam_runner_api_pb2, common_urns, pickler, proto_utils
 
 #: File name Beam's stager gives the pickled main session.
 MAIN_SESSION_FILE = "pickled_main_session"
@@ -97,8 +100,12 @@ class ShippedArtifacts:
     main_session: Optional[str] = None
     report: List[str] = dataclasses.field(default_factory=list)
 
+    def environment(self) -> job_environment.JobEnvironment:
+        """What the job's tasks carry to find these files."""
+        return job_environment.JobEnvironment(self.site, self.main_session)
 
-def ship_to_executors(spark_context: Any, files: List[Tuple[str, str]], work_dir: str,
+
+def ship_to_executors(backend: Backend, files: List[Tuple[str, str]], work_dir: str,
                       job_id: str) -> ShippedArtifacts:
     """Make the staged ``files`` available to the job's tasks (see module doc).
 
@@ -123,13 +130,13 @@ def ship_to_executors(spark_context: Any, files: List[Tuple[str, str]], work_dir
         if name == MAIN_SESSION_FILE:
             continue  # after the packages, which the session may refer to
         if name.endswith(PYTHON_CODE_SUFFIXES):
-            spark_context.addPyFile(path)
+            backend.add_python_file(path)
             shipped.report.append(f"{name}: added to the executors' Python path")
         elif name.endswith(PACKAGE_SUFFIXES):
             shipped.report.append(f"{name}: staged package, installed if a requirement "
                                   "needs it")
         else:
-            spark_context.addFile(path)
+            backend.add_file(path)
             shipped.report.append(f"{name}: shipped to executors (SparkFiles.get({name!r}))")
     site = os.path.join(work_dir, "site")
     os.makedirs(site, exist_ok=True)
@@ -139,7 +146,7 @@ def ship_to_executors(spark_context: Any, files: List[Tuple[str, str]], work_dir
         archive = shutil.make_archive(
             os.path.join(work_dir, job_environment.site_file_name(job_id)[: -len(".zip")]),
             "zip", site)
-        spark_context.addFile(archive)
+        backend.add_file(archive)
         shipped.site = os.path.basename(archive)
         # The driver decodes some elements too (e.g. TestStream events): the job's packages
         # go after the server's own there, which keep precedence.
@@ -151,7 +158,7 @@ def ship_to_executors(spark_context: Any, files: List[Tuple[str, str]], work_dir
         shipped.main_session = job_environment.main_session_file_name(session)
         renamed = os.path.join(work_dir, shipped.main_session)
         os.replace(session, renamed)
-        spark_context.addFile(renamed)
+        backend.add_file(renamed)
         shipped.report.append(f"{MAIN_SESSION_FILE}: loaded on the driver, and in each Python "
                               "worker before the job's first bundle there")
     return shipped

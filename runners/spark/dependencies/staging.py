@@ -13,8 +13,8 @@ portable client stages for a job server):
 * ``--save_main_session``: the ``__main__`` module's session, loaded in each Python worker.
 
 The installed packages are zipped and shipped, and named with the main session in the
-job's Spark local properties (:mod:`~runners.spark.dependencies.worker`), which every task
-of the run inherits. The job server gets the same files through Beam's artifact service and
+job's :class:`~runners.spark.dependencies.worker.JobEnvironment`, which every task of the
+run carries. The job server gets the same files through Beam's artifact service and
 ships them the same way (:func:`~runners.spark.dependencies.artifacts.ship_to_executors`).
 
 >>> from apache_beam.options.pipeline_options import PipelineOptions
@@ -28,12 +28,13 @@ import logging
 import os
 import tempfile
 import uuid
-from typing import Any, Optional
+from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 
+from runners.spark.backends.base import Backend
 from runners.spark.beam_internals import beam_runner_api_pb2, environments
-from runners.spark.dependencies import artifacts, worker
+from runners.spark.dependencies import artifacts
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -45,25 +46,22 @@ def needs_staging(options: PipelineOptions) -> bool:
                 or setup.save_main_session)
 
 
-def stage_for_executors(spark_context: Any, options: PipelineOptions,
+def stage_for_executors(backend: Backend, options: PipelineOptions,
                         job_id: Optional[str] = None) -> Optional[artifacts.ShippedArtifacts]:
-    """Stage what ``options`` name and ship it to the executors of ``spark_context``, for
-    every task started from this thread (and threads it starts); None if nothing is named.
+    """Stage what ``options`` name and ship it to the workers of ``backend``; None if
+    nothing is named (the run's tasks carry ``environment()`` of what it returns).
 
     Raises MissingPackageError or PackageInstallError (naming the package) when a package
     cannot be installed without an index.
     """
     if not needs_staging(options):
-        # Tasks of an earlier pipeline run from this thread must not lend theirs.
-        worker.set_job_properties(spark_context, None, None)
         return None
     job_id = job_id or uuid.uuid4().hex[:12]
     work_dir = tempfile.mkdtemp(prefix=f"beam-spark-job-{job_id}-")
     staged = environments.python_sdk_dependencies(options, os.path.join(work_dir, "staged"))
     files = artifacts.staged_files([beam_runner_api_pb2.Environment(dependencies=staged)])
-    shipped = artifacts.ship_to_executors(spark_context, files, os.path.join(work_dir, "shipped"),
+    shipped = artifacts.ship_to_executors(backend, files, os.path.join(work_dir, "shipped"),
                                           job_id)
     for line in shipped.report:
         _LOGGER.info("staged for the executors: %s", line)
-    worker.set_job_properties(spark_context, shipped.site, shipped.main_session)
     return shipped

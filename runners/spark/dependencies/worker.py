@@ -1,27 +1,30 @@
 """A submitted job's Python environment in Spark's Python workers: its packages, its session.
 
-The job server installs a job's staged packages into a folder of the job's own (its *site*),
-ships it zipped with ``SparkContext.addFile``, and names it, with the job's pickled main
-session, in two Spark local properties of the job's thread (Spark hands local properties to
-every task the job starts). A Python worker calls :func:`prepare_python_worker` before it
-builds a stage's processor (that is where user code is unpickled): the first time it meets
-a job, it unpacks the job's site and puts it first on ``sys.path``, and loads the job's
-main session, as Beam's SDK harness does at start-up (``pickler.load_session``: with
-cloudpickle the coder, logical-type and schema registries of the submitting ``__main__``;
-with dill its whole namespace).
+The job server (and the runner, for ``--setup_file`` and the like) installs a job's staged
+packages into a folder of the job's own (its *site*), ships it zipped as a file for the
+workers (classic Spark: ``SparkContext.addFile``; Spark Connect: an artifact), and names it,
+with the job's pickled main session, in the job's :class:`JobEnvironment`, which every task
+of the job carries. A Python worker calls :func:`prepare_python_worker` before it builds a
+stage's processor (that is where user code is unpickled): the first time it meets a job, it
+unpacks the job's site and puts it first on ``sys.path``, and loads the job's main session,
+as Beam's SDK harness does at start-up (``pickler.load_session``: with cloudpickle the
+coder, logical-type and schema registries of the submitting ``__main__``; with dill its
+whole namespace).
 
 Spark reuses a Python worker across jobs: the sites and modules of the jobs it ran before
 stay (their pooled processors may still import from them), so a job could see another
 job's packages there; jobs that need different versions of one package should not share a
-server. Tasks outside a job server job (no properties) are left as they are.
+server. A job that staged nothing has an empty environment: its workers are left as they
+are.
 
->>> prepare_python_worker()  # on the driver, outside any task: nothing to do
+>>> prepare_python_worker(JobEnvironment())  # nothing staged: nothing to do
 >>> site_file_name("job-1")
 'beam-job-site-job-1.zip'
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import os
@@ -30,12 +33,7 @@ import sys
 import tempfile
 import threading
 import zipfile
-from typing import Any, Optional, Set
-
-#: Local property naming the job's shipped site archive (``SparkFiles`` name).
-SITE_PROPERTY = "beam.job.site"
-#: Local property naming the job's shipped pickled main session (``SparkFiles`` name).
-MAIN_SESSION_PROPERTY = "beam.job.main_session"
+from typing import Optional, Set
 
 _LOCK = threading.Lock()
 _LOADED_SESSIONS: Set[str] = set()
@@ -56,28 +54,30 @@ def main_session_file_name(path: str) -> str:
     return f"beam-main-session-{digest}"
 
 
-def set_job_properties(spark_context: Any, site: Optional[str],
-                       main_session: Optional[str]) -> None:
-    """Name the job's site and main session for every task started from this thread (and
-    from threads it starts with ``InheritableThread``, as the runner's result does)."""
-    spark_context.setLocalProperty(SITE_PROPERTY, site)
-    spark_context.setLocalProperty(MAIN_SESSION_PROPERTY, main_session)
+@dataclasses.dataclass(frozen=True)
+class JobEnvironment:
+    """What a job staged for its Python workers, by the names tasks find the files under
+    (``SparkFiles.get``); None where it staged nothing of the kind.
+
+    Attributes:
+      site: the job's installed packages, zipped.
+      main_session: its pickled main session.
+    """
+
+    site: Optional[str] = None
+    main_session: Optional[str] = None
 
 
-def prepare_python_worker() -> None:
-    """In a task: make the current job's site importable and its main session loaded.
+def prepare_python_worker(environment: JobEnvironment) -> None:
+    """In a task: make the job's site importable and its main session loaded.
 
     Idempotent and cheap after the first call of a job in a worker process.
     """
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is None:
+    if environment.site is None and environment.main_session is None:
         return
-    site = context.getLocalProperty(SITE_PROPERTY)
-    session = context.getLocalProperty(MAIN_SESSION_PROPERTY)
     with _LOCK:
-        _use_site(site)
+        _use_site(environment.site)
+        session = environment.main_session
         if session and session not in _LOADED_SESSIONS:
             from runners.spark.beam_internals import pickler
             from pyspark import SparkFiles

@@ -3,6 +3,7 @@
 Start it, then submit pipelines with Beam's own portable client::
 
     python -m runners.spark.job_server --port 8099 --spark_master_url local[2]
+    python -m runners.spark.job_server --port 8099 --spark_remote sc://127.0.0.1:15002
     python -m apache_beam.examples.wordcount --input in.txt --output counts \\
         --runner=PortableRunner --job_endpoint=localhost:8099 --environment_type=LOOPBACK
 
@@ -14,7 +15,8 @@ runs code on the cluster, so a ``--host`` other than loopback (127.0.0.0/8, ::1,
 is refused unless ``--allow_remote_clients`` is given too (and then logged as a WARNING).
 From another machine, reach a loopback server through an SSH tunnel
 (``ssh -L 8099:localhost:8099 HOST``) or an authenticating proxy (docs/SECURITY.md). It prints ``Job server listening on HOST:PORT`` once ready.
-Every job runs on the server's SparkContext (``--spark_master_url``, ``--spark_conf``); see
+Every job runs on the server's Spark: a SparkContext it creates (``--spark_master_url``,
+``--spark_conf``), or a Spark Connect session (``--spark_remote``); see
 :mod:`runners.spark.job_server.service` for environments, states and what a job may set.
 
 A job's dependencies come with it, staged by Beam's client: ``--extra_package`` (wheels,
@@ -51,9 +53,10 @@ from typing import Any, Callable, List, Optional, Sequence
 import grpc
 from apache_beam.options.pipeline_options import PipelineOptions
 from google.protobuf.message import DecodeError
-from pyspark import SparkConf, SparkContext
 
+from runners.spark import backends
 from runners.spark import options as spark_options
+from runners.spark.backends.base import Backend
 from runners.spark.beam_internals import (
     beam_artifact_api_pb2_grpc,
     beam_job_api_pb2,
@@ -61,7 +64,6 @@ from runners.spark.beam_internals import (
     known_jobs,
 )
 from runners.spark.job_server.service import SparkJobServicer
-from runners.spark.runner import LOCAL_SETTINGS
 
 _LOGGER = logging.getLogger(__name__)
 _JOB_SERVICE = beam_job_api_pb2.DESCRIPTOR.services_by_name["JobService"]
@@ -116,17 +118,15 @@ def job_service_handler(servicer: SparkJobServicer) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(_JOB_SERVICE.full_name, handlers)
 
 
-def create_spark_context(master: str, spark_conf: Optional[Sequence[str]] = None) -> Any:
-    """The server's SparkContext, with the runner's settings (``--spark_conf`` overrides)."""
-    flags = ["--spark_master_url", master]
+def create_backend(master: str, spark_conf: Optional[Sequence[str]] = None,
+                   spark_remote: Optional[str] = None) -> Backend:
+    """The server's Spark: a Spark Connect session to ``spark_remote``, or a SparkContext
+    for ``master``, with the runner's settings (``--spark_conf`` overrides)."""
+    flags = ["--spark_remote", spark_remote] if spark_remote else ["--spark_master_url", master]
+    flags += ["--spark_conf", "spark.app.name=beam-spark-job-server"]
     for entry in spark_conf or []:
         flags += ["--spark_conf", entry]
-    settings = spark_options.spark_settings(PipelineOptions(flags))
-    settings.setdefault("spark.app.name", "beam-spark-job-server")
-    if settings["spark.master"].startswith("local"):
-        settings = {**LOCAL_SETTINGS, **settings}
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return SparkContext.getOrCreate(SparkConf().setAll(settings.items()))
+    return backends.open_backend(None, PipelineOptions(flags))
 
 
 def is_loopback(host: str) -> bool:
@@ -160,13 +160,15 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 class SparkJobServer:
-    """Beam's Job API on a gRPC port, jobs running on one SparkContext.
+    """Beam's Job API on a gRPC port, jobs running on one Spark.
 
     Args:
       port: the port to listen on (0: a free one; see :attr:`port` once started).
       host: the address to bind (loopback by default; ``0.0.0.0`` for every interface).
-      spark_context: the SparkContext jobs run on; by default one is created for
-        ``spark_master_url`` and ``spark_conf`` and stopped with the server.
+      spark: the Spark jobs run on (a SparkSession, classic or Spark Connect, or a
+        SparkContext); by default one is made for ``spark_remote`` (Spark Connect) or
+        ``spark_master_url`` and ``spark_conf``, and stopped with the server.
+      spark_remote: a Spark Connect server (``sc://host:port``) to run jobs on.
       staging_dir: where staged artifacts go (default: a temporary folder, removed on stop).
       allow_remote_clients: needed to bind anything but loopback (see :func:`is_loopback`):
         the Job API authenticates no one, and whoever submits a job runs code on the
@@ -175,10 +177,11 @@ class SparkJobServer:
 
     def __init__(self, port: int = 8099, host: str = "127.0.0.1",
                  spark_master_url: str = spark_options.DEFAULT_MASTER,
-                 spark_conf: Optional[Sequence[str]] = None, spark_context: Any = None,
+                 spark_conf: Optional[Sequence[str]] = None, spark: Any = None,
                  staging_dir: Optional[str] = None,
                  max_workers: int = DEFAULT_MAX_WORKERS,
-                 allow_remote_clients: bool = False) -> None:
+                 allow_remote_clients: bool = False,
+                 spark_remote: Optional[str] = None) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port={port}: give a TCP port between 0 and 65535 (0: any free one)")
         if not is_loopback(host) and not allow_remote_clients:
@@ -194,9 +197,11 @@ class SparkJobServer:
         self.requested_port = port
         self.port: Optional[int] = None
         self._master = spark_master_url
+        self._spark_remote = spark_remote
         self._spark_conf = list(spark_conf or [])
-        self._spark_context = spark_context
-        self._owns_context = spark_context is None
+        self._spark = spark
+        self._backend: Optional[Backend] = None
+        self._owns_spark = spark is None
         self._owns_staging = staging_dir is None
         self._staging_dir = staging_dir
         self._max_workers = max_workers
@@ -210,7 +215,7 @@ class SparkJobServer:
         return f"{host}:{self.port}"
 
     def start(self) -> "SparkJobServer":
-        """Check the port (OSError if taken), create the SparkContext if needed, bind, serve.
+        """Check the port (OSError if taken), reach Spark (creating it if needed), bind, serve.
 
         Spark comes before the gRPC server: PySpark launches its JVM with fork (it sets a
         signal mask in the child), and forking a process whose gRPC threads are running
@@ -225,9 +230,11 @@ class SparkJobServer:
                 "authentication. Allow only trusted networks to it (a firewall), or bind "
                 "127.0.0.1 and use an SSH tunnel or an authenticating proxy", self.host)
         _check_port_free(self.host, self.requested_port)
-        if self._spark_context is None:
-            self._spark_context = create_spark_context(self._master, self._spark_conf)
-        self.servicer = SparkJobServicer(self._spark_context, self._staging_dir)
+        if self._backend is None:
+            self._backend = (backends.open_backend(self._spark, PipelineOptions([]))
+                             if self._spark is not None else
+                             create_backend(self._master, self._spark_conf, self._spark_remote))
+        self.servicer = SparkJobServicer(self._backend, self._staging_dir)
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self._max_workers), options=_GRPC_OPTIONS)
         self._server.add_generic_rpc_handlers([job_service_handler(self.servicer)])
@@ -254,19 +261,19 @@ class SparkJobServer:
             self._server.wait_for_termination()
 
     def stop(self, grace_seconds: float = 1.0) -> None:
-        """Stop serving, cancel running jobs, stop the SparkContext the server created."""
+        """Stop serving, cancel running jobs, stop the Spark the server made."""
         if self._server is not None:
             self._server.stop(grace_seconds).wait()
             self._server = None
         if self.servicer is not None:
             for job in list(known_jobs(self.servicer).values()):
                 job.cancel(timeout=30)
-        if self._owns_context and self._spark_context is not None:
+        if self._owns_spark and self._backend is not None:
             try:
-                self._spark_context.stop()
+                self._backend.stop()
             except Exception as error:  # e.g. the JVM was stopped by the same signal
-                _LOGGER.warning("Stopping the SparkContext failed: %s", error)
-            self._spark_context = None
+                _LOGGER.warning("Stopping Spark failed: %s", error)
+        self._backend = None
         if self._owns_staging and self._staging_dir and os.path.isdir(self._staging_dir):
             shutil.rmtree(self._staging_dir, ignore_errors=True)
 
@@ -288,8 +295,14 @@ def _parser() -> argparse.ArgumentParser:
                              "SSH tunnel or an authenticating proxy to a loopback server.")
     parser.add_argument("--spark_master_url", default=spark_options.DEFAULT_MASTER,
                         help="Spark master every job runs on. Default: local[*].")
+    parser.add_argument("--spark_remote", default=os.environ.get("SPARK_REMOTE"),
+                        metavar="URL",
+                        help="Run every job on this Spark Connect server instead "
+                             "(sc://host:port). Default: the SPARK_REMOTE environment "
+                             "variable.")
     parser.add_argument("--spark_conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="A Spark setting of the server's SparkContext; repeatable.")
+                        help="A Spark setting of the server's Spark (a SparkContext's, or "
+                             "a Spark Connect session's runtime settings); repeatable.")
     parser.add_argument("--staging_dir", default=None,
                         help="Where staged artifacts are kept (default: a temporary folder "
                              "removed at exit).")
@@ -304,7 +317,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         server = SparkJobServer(port=args.port, host=args.host,
                                 spark_master_url=args.spark_master_url,
                                 spark_conf=args.spark_conf, staging_dir=args.staging_dir,
-                                allow_remote_clients=args.allow_remote_clients)
+                                allow_remote_clients=args.allow_remote_clients,
+                                spark_remote=args.spark_remote)
     except ValueError as error:
         _parser().error(str(error))
     try:

@@ -2,8 +2,9 @@
 
 :class:`SparkJobServicer` is Beam's ``AbstractJobServiceServicer`` (the same protocol as
 Beam's in-process ``LocalJobServicer``) whose jobs run with :class:`~runners.spark.SparkRunner`
-on one SparkContext owned by the server. Each job runs in a thread of its own, in a Spark job
-group of its own, so several jobs share the context without mixing; a job keeps running when
+on one Spark owned by the server (a SparkContext, or a Spark Connect session). Each job runs
+in a thread of its own, its Spark jobs tagged as its own, so several jobs share Spark
+without mixing; a job keeps running when
 the client that submitted it goes away, and its state, messages and metrics can be read again.
 
 Environments. The runner executes Python transforms in Spark's own Python workers, so every
@@ -20,7 +21,7 @@ Job states: STOPPED (prepared) -> RUNNING -> DONE, or FAILED (the error is in th
 stream), or CANCELLING -> CANCELLED.
 
 >>> import tempfile
->>> servicer = SparkJobServicer(spark_context=None, staging_dir=tempfile.mkdtemp())
+>>> servicer = SparkJobServicer(backend=None, staging_dir=tempfile.mkdtemp())
 >>> [option.name for option in servicer.DescribePipelineOptions(None).options][:2]
 ['spark_parallelism', 'bundle_size']
 """
@@ -40,9 +41,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from runners.spark import planning, support
-from runners.spark.dependencies import worker as job_environment
+from runners.spark.backends.base import Backend
 from runners.spark.dependencies import artifacts
 from runners.spark.dependencies import packages as job_packages
+from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark import options as spark_options
 from runners.spark.beam_internals import (
     abstract_job_service,
@@ -70,8 +72,8 @@ _STATES = {
     PipelineState.FAILED: JobState.FAILED,
     PipelineState.CANCELLED: JobState.CANCELLED,
 }
-#: Runner options that configure the server's SparkContext, not a job (the server's win).
-_SERVER_OPTIONS = frozenset(["spark_conf"])
+#: Runner options that configure the server's Spark, not a job (the server's win).
+_SERVER_OPTIONS = frozenset(["spark_conf", "spark_remote"])
 _PACKAGE_ERRORS = (job_packages.MissingPackageError, job_packages.PackageInstallError)
 _OPTION_TYPES = {int: beam_job_api_pb2.PipelineOptionType.INTEGER,
                  float: beam_job_api_pb2.PipelineOptionType.NUMBER}
@@ -191,6 +193,7 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
         self._log_queues = local_job_service.JobLogQueues()
         self._cancel_requested = False
         self._thread: Optional[threading.Thread] = None
+        self._environment = JobEnvironment()
         self.result: Any = None
 
     def prepare(self) -> None:
@@ -239,11 +242,12 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
         with local_job_service.JobLogHandler(self._log_queues):
             try:
                 self._stage_artifacts()
-                runner = SparkRunner(self._servicer.spark_context)
+                runner = SparkRunner(self._servicer.backend)
                 with self._lock:
                     cancelled = self._cancel_requested
                 if not cancelled:
-                    self.result = runner.run_portable_pipeline(self._executable, self._options)
+                    self.result = runner.run_portable_pipeline(
+                        self._executable, self._options, self._environment)
                     self.set_state(JobState.RUNNING)
                     with self._lock:
                         cancelled = self._cancel_requested
@@ -274,12 +278,10 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
         files = artifacts.staged_files(self._executable.components.environments.values())
         work_dir = os.path.join(self._servicer.staging_dir, self._job_id, "shipped")
         shipped = artifacts.ship_to_executors(
-            self._servicer.spark_context, files, work_dir, self._job_id)
+            self._servicer.backend, files, work_dir, self._job_id)
         for line in shipped.report:
             self._message(f"staged artifact {line}", beam_job_api_pb2.JobMessage.JOB_MESSAGE_BASIC)
-        # Local properties of this thread reach every task of the job (job_environment).
-        job_environment.set_job_properties(
-            self._servicer.spark_context, shipped.site, shipped.main_session)
+        self._environment = shipped.environment()  # every task of the job carries it
 
     def cancel(self, timeout: float = 120.0) -> None:
         """Stop the job's Spark jobs; returns once the job has reached a terminal state."""
@@ -344,16 +346,16 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
 
 
 class SparkJobServicer(abstract_job_service.AbstractJobServiceServicer):
-    """Beam's JobService, running every job with the SparkRunner on ``spark_context``.
+    """Beam's JobService, running every job with the SparkRunner on ``backend``.
 
     Args:
-      spark_context: the SparkContext every job runs on (shared; one job group per job).
+      backend: the Spark every job runs on (shared; each job's Spark jobs tagged its own).
       staging_dir: where staged artifacts are kept, one folder per job.
     """
 
-    def __init__(self, spark_context: Any, staging_dir: str) -> None:
+    def __init__(self, backend: Optional[Backend], staging_dir: str) -> None:
         super().__init__()
-        self.spark_context = spark_context
+        self.backend = backend
         self.staging_dir = staging_dir
         self.artifact_service = artifact_service.ArtifactStagingService(
             artifact_service.BeamFilesystemHandler(staging_dir).file_writer)
@@ -416,7 +418,8 @@ class SparkJobServicer(abstract_job_service.AbstractJobServiceServicer):
 
     def DescribePipelineOptions(self, request, context=None, timeout=None):
         """The runner's per-job options, so Beam's client passes them on (``--bundle_size``
-        ...); ``--spark_master_url`` and ``--spark_conf`` are the server's own."""
+        ...); ``--spark_master_url``, ``--spark_remote`` and ``--spark_conf`` are the
+        server's own."""
         return beam_job_api_pb2.DescribePipelineOptionsResponse(options=[
             beam_job_api_pb2.PipelineOptionDescriptor(
                 name=action.dest,

@@ -11,7 +11,8 @@
 * :mod:`~runners.spark.streaming.state_store`: a key partition's store on its executor.
 * :mod:`~runners.spark.streaming.state_files`: its durable state: deltas and snapshots.
 * :mod:`~runners.spark.streaming.storage`: ``--checkpoint_dir`` on any Beam filesystem.
-* :mod:`~runners.spark.streaming.placement`: a key partition's tasks, where its store is.
+* the backend's :class:`~runners.spark.backends.base.PartitionAffinity`: a key partition's tasks, where
+  its store is.
 * :mod:`~runners.spark.streaming.state`: one key's state, encoded explicitly and versioned.
 * :mod:`~runners.spark.streaming.checkpoint`: checkpoint manifests, and resuming.
 * :mod:`~runners.spark.streaming.test_stream`: TestStream as a source, one event a batch.

@@ -69,7 +69,7 @@ class BatchReporter:
     """Reports each batch (see the module docstring).
 
     Args:
-      metrics: the run's MonitoringInfo accumulator.
+      metrics: the run's metrics (:class:`~runners.spark.backends.base.RunMetrics`).
       report_path: append one JSON line per batch to this file, or None.
     """
 

@@ -259,7 +259,7 @@ class Checkpoints:
             execution.context.parallelism = manifest["parallelism"]
         state = execution.state
         state.residuals.parallelism = manifest["parallelism"]
-        state.placement.parallelism = manifest["parallelism"]
+        state.placement.partitions = manifest["parallelism"]
         steps = {step.name: step for step in state.steps.values()}
         for name, snapshot in data["steps"].items():
             steps[name].restore(snapshot)

@@ -39,25 +39,28 @@ changed there), the loop is checkpointed every ``--checkpoint_interval_batches``
 when it stops by itself, and resumes from the latest checkpoint when started again
 (:mod:`~runners.spark.streaming.checkpoint`; metric ``checkpoint_bytes``). On a cluster
 master a pipeline with keyed state needs it: a key partition's store is a cache on the
-executor that last ran it, rebuilt from the checkpoint location wherever its task runs
-(:mod:`~runners.spark.streaming.placement`). When the run ends its stores are removed from
-the executors.
+executor that last ran it, rebuilt from the checkpoint location wherever its task runs (the
+backend's :class:`~runners.spark.backends.base.PartitionAffinity` sends it back there).
+When the run ends its stores are removed from the executors.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
+from runners.spark.backends.base import Backend, RunMetrics
 from runners.spark.components import iter_encoded
-from runners.spark.options import is_local_master
+from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.planning import TEST_STREAM_STAGE, ExecutionPlan
 from runners.spark.run_context import RunCancelled, RunContext
 from runners.spark.streaming.batch_report import BatchReporter
 from runners.spark.streaming.checkpoint import Checkpoints
+from runners.spark.streaming.keyed_batch import remove_run_partition
 from runners.spark.streaming.micro_batch import Round, RoundGraph, StreamingState
 from runners.spark.streaming.planned_sources import PlannedSources
 from runners.spark.streaming.state import processing_micros
@@ -75,9 +78,9 @@ class StreamingExecution:
     """One streaming run of an :class:`ExecutionPlan` (same interface as ``PlanExecution``).
 
     Args:
-      spark_context: the SparkContext to run on.
+      backend: how the run reaches Spark.
       plan: the stages, planned with ``streaming=True``.
-      metrics: the run's MonitoringInfo accumulator.
+      metrics: the run's metrics.
       parallelism: key partitions of every GroupByKey and stateful stage.
       bundle_size: at most this many elements per bundle, or None.
       batch_interval: seconds between batches when the clock is the wall clock.
@@ -95,17 +98,21 @@ class StreamingExecution:
       name_mapping: ``--transform_name_mapping``: resuming the checkpoint of an earlier
         version of the pipeline, its steps' old names -> new (see :mod:`~runners.spark.
         streaming.update`).
+      environment: what the pipeline staged for its workers.
     """
 
-    def __init__(self, spark_context: Any, plan: ExecutionPlan, metrics: Any, parallelism: int,
+    def __init__(self, backend: Backend, plan: ExecutionPlan, metrics: RunMetrics,
+                 parallelism: int,
                  bundle_size: Optional[int], batch_interval: float = 1.0,
                  max_batches: Optional[int] = None, timeout: Optional[float] = None,
                  report_path: Optional[str] = None,
                  checkpoint_storage: Optional[DurableStorage] = None,
                  checkpoint_interval: int = 10, compact_rounds: bool = True,
-                 name_mapping: NameMapping = NameMapping()) -> None:
-        check_durable_state(spark_context.master, plan, checkpoint_storage)
-        self.context = RunContext(spark_context, plan, metrics, parallelism, bundle_size)
+                 name_mapping: NameMapping = NameMapping(),
+                 environment: JobEnvironment = JobEnvironment()) -> None:
+        check_durable_state(backend.single_executor, backend.describe(), plan,
+                            checkpoint_storage)
+        self.context = RunContext(backend, plan, metrics, parallelism, bundle_size, environment)
         self.batch_interval = batch_interval
         self.max_batches = max_batches
         self.timeout = timeout
@@ -305,7 +312,8 @@ class StreamingExecution:
         if self.state is not None and self.state.steps:
             try:
                 with self.context.names.job("remove the run's keyed state from the executors"):
-                    removed = self.state.placement.remove_state(self.state.run)
+                    removed = sum(self.state.placement.run_at_every_place(
+                        functools.partial(remove_run_partition, self.state.run)))
                 _LOGGER.debug("streaming: removed the run's state from %d executor directories",
                               removed)
             except Exception as error:  # the context may be stopping; Spark removes its
@@ -315,18 +323,19 @@ class StreamingExecution:
             self.state.placement.release()
 
 
-def check_durable_state(master: str, plan: ExecutionPlan,
+def check_durable_state(single_executor: bool, where: str, plan: ExecutionPlan,
                         storage: Optional[DurableStorage]) -> None:
-    """On a cluster, keyed state must be durable: refuse to start without a checkpoint
-    location (a key partition's task may run on any executor)."""
-    if storage is not None or is_local_master(master):
+    """On a cluster (not ``single_executor``), keyed state must be durable: refuse to start
+    without a checkpoint location (a key partition's task may run on any executor);
+    ``where`` names the Spark in the message."""
+    if storage is not None or single_executor:
         return
     keyed = sorted({group.transform_name for group in plan.groups.values()}
                    | {stage.name for stage in plan.stages if stage.keyed})
     if keyed:
         raise ValueError(
             f"this streaming pipeline keeps keyed state ({', '.join(keyed[:3])}"
-            f"{', ...' if len(keyed) > 3 else ''}) and runs on the cluster {master}: give "
+            f"{', ...' if len(keyed) > 3 else ''}) and runs on {where}: give "
             "--checkpoint_dir on storage every executor can read and write (a shared "
             "path, s3://, gs://, hdfs://): a key partition's task may run on any executor, "
             "which rebuilds the partition's state from there")

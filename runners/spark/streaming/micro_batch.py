@@ -32,6 +32,7 @@ from runners.spark import shuffle
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
 from runners.spark.planning import RESHUFFLE_STAGE, TEST_STREAM_STAGE, GroupSpec, StageSpec
 from runners.spark.records import Elements, HeldElements, SideInputChunk, StepReport
+from runners.spark.backends.base import Dataset, PartitionAffinity
 from runners.spark.run_context import RunContext
 from runners.spark.stage_graph import PassPlan, StageGraph
 from runners.spark.streaming.compact_round import (
@@ -45,7 +46,6 @@ from runners.spark.streaming.compact_round import (
 from runners.spark.streaming.grouping import process_group_partition
 from runners.spark.streaming.keyed_batch import BatchTimes, KeyedBatch, StepDurability
 from runners.spark.streaming.keyed_step import KeyedStep
-from runners.spark.streaming.placement import StatePlacement
 from runners.spark.streaming.side_input_history import SideInputHistory
 from runners.spark.streaming.side_input_readiness import (
     HeldElementsStore,
@@ -74,7 +74,7 @@ class StreamingState:
     residuals: CarriedResiduals
     watermarks: Watermarks
     side_inputs: SideInputHistory
-    placement: StatePlacement
+    placement: PartitionAffinity  # where each keyed step's partitions run
     held: HeldElementsStore  # main elements waiting for their side inputs
     round_number: int = 0  # rounds run so far: the next round's store version
     #: small rounds on a local master run in one task (:mod:`~runners.spark.streaming.
@@ -100,11 +100,11 @@ class StreamingState:
         for buffer_id, group in plan.groups.items():  # a GroupByKey nothing reads
             if buffer_id not in steps:
                 steps[buffer_id] = KeyedStep(group.transform_name, holds=True)
-        residuals = CarriedResiduals(context.spark_context, context.parallelism)
+        residuals = CarriedResiduals(context.backend, context.parallelism)
         held = HeldElementsStore()
         return cls(plan, run, storage, state_directory, steps, residuals,
                    Watermarks(plan, steps, residuals, held), SideInputHistory(),
-                   StatePlacement(context.spark_context, context.parallelism), held)
+                   context.backend.partition_affinity(context.parallelism), held)
 
     def step_input(self, key: Any) -> Timestamp:
         if isinstance(key, bytes):
@@ -192,12 +192,12 @@ class RoundGraph(StageGraph):
         self._side_collected: set = set()
 
     # ----- sources
-    def source_rdd(self, buffer_id: bytes) -> Optional[Any]:
+    def source_dataset(self, buffer_id: bytes) -> Optional[Dataset]:
         if buffer_id == IMPULSE_BUFFER:
-            return self.sc.parallelize([Elements(0, ENCODED_IMPULSE_VALUE)], 1)
+            return self.backend.source([Elements(0, ENCODED_IMPULSE_VALUE)], 1)
         chunks = self.round.test_stream_chunks.get(buffer_id)
         if chunks is not None or buffer_id in self._test_stream_buffers():
-            return self.sc.parallelize([Elements(0, chunk) for chunk in chunks or []], 1)
+            return self.backend.source([Elements(0, chunk) for chunk in chunks or []], 1)
         return None
 
     def source_may_have_data(self, buffer_id: bytes) -> bool:
@@ -225,18 +225,18 @@ class RoundGraph(StageGraph):
                           self.state.durability(step, partitions),
                           step.partition_commits(partitions))
 
-    def _keyed_input(self, records: Any, coder_ids: List[str], live: bool,
-                     key_prefixed: bool = False) -> Any:
+    def _keyed_input(self, records: Dataset, coder_ids: List[str], live: bool,
+                     key_prefixed: bool = False) -> Dataset:
         parallelism = self.context.parallelism
         if not live:  # due timers only: a task per key partition, with no input
-            return self.sc.parallelize([], parallelism)
+            return self.backend.source([], parallelism)
         return shuffle.partition_by_key(records, coder_ids, self.components, parallelism,
                                         key_prefixed)
 
     def group_runs(self, buffer_id: bytes, input_live: bool) -> bool:
         return self._step_runs(buffer_id, input_live)
 
-    def group_rdd(self, buffer_id: bytes, spec: GroupSpec, records: Any) -> Any:
+    def group_dataset(self, buffer_id: bytes, spec: GroupSpec, records: Dataset) -> Dataset:
         live = buffer_id in self.pass_plan.live
         keyed = self._keyed_input(records, [spec.input_coder_id], live)
         batch = self._keyed_batch(buffer_id)
@@ -251,7 +251,7 @@ class RoundGraph(StageGraph):
             return input_live or self.state.residuals.has_due(stage, self.round.clock)
         return input_live
 
-    def stage_input(self, stage: StageSpec, records: Any) -> Any:
+    def stage_input(self, stage: StageSpec, records: Dataset) -> Dataset:
         """Main elements whose side inputs are not ready for their windows are held (they
         leave as reports); those held earlier and ready now join the input."""
         if not stage.side_inputs or self.state.residuals.reads(stage):
@@ -259,16 +259,17 @@ class RoundGraph(StageGraph):
         released, readiness = self.state.release_held(stage)
         if released:
             self._released.add(stage.index)
-            records = self.sc.union([records, self.sc.parallelize(list(released), 1)])
+            records = self.backend.union([records, self.backend.source(list(released), 1)])
         if readiness is None:
             return records
-        return records.mapPartitions(functools.partial(split_ready, readiness, self.components))
+        return records.map_partitions(functools.partial(split_ready, readiness,
+                                                        self.components))
 
     def _input_is_live(self, stage: StageSpec) -> bool:
         return (any(spec.buffer_id in self.pass_plan.live or spec.buffer_id in self.pass_plan.groups
                     for spec in stage.inputs) or stage.index in self._released)
 
-    def keyed_stage_rdd(self, stage: StageSpec, records: Any) -> Any:
+    def keyed_stage_dataset(self, stage: StageSpec, records: Dataset) -> Dataset:
         live = self._input_is_live(stage)
         keyed = self._keyed_input(records, [spec.coder_id for spec in stage.inputs], live,
                                   stage.key_prefixed)
@@ -277,23 +278,22 @@ class RoundGraph(StageGraph):
         return self.state.placement.run(batch.step, keyed, functools.partial(
             process_stateful_partition, task, batch))
 
-    def stage_rdd(self, stage: StageSpec, records: Any) -> Any:
+    def stage_dataset(self, stage: StageSpec, records: Dataset) -> Dataset:
         if not self.state.residuals.reads(stage):
-            return super().stage_rdd(stage, records)
+            return super().stage_dataset(stage, records)
         task = self.context.stage_task(stage, self.side_input_table(stage))
-        return self.state.residuals.stage_rdd(stage, task, records, self._input_is_live(stage),
-                                              self.round.clock)
+        return self.state.residuals.stage_dataset(stage, task, records,
+                                                  self._input_is_live(stage), self.round.clock)
 
     # ----- side inputs
     def side_buffers_to_keep(self) -> List[bytes]:
         return sorted({spec.buffer_id for stage in self.plan.stages
                        for spec in stage.side_inputs})
 
-    def extra_terminals(self) -> List[Any]:
+    def extra_terminals(self) -> List[Dataset]:
         """What side inputs received in this round without a reader running: to the driver,
         with the job's reports."""
-        return [self.buffer_chunks_rdd(buffer_id).map(functools.partial(SideInputChunk,
-                                                                       buffer_id))
+        return [self.buffer_chunks(buffer_id).map(functools.partial(SideInputChunk, buffer_id))
                 for buffer_id in self.side_buffers_to_keep()
                 if buffer_id in self.pass_plan.live and buffer_id not in self._side_collected]
 
@@ -323,12 +323,11 @@ class RoundGraph(StageGraph):
         if compact is None:
             return super().run_pass()
         self.compact = True
-        self.context.before_job()
         steps = ([step for stage in plan.running for step in stage.steps]
                  + [self.plan.groups[buffer_id].transform_name for buffer_id in plan.groups])
         with self.context.names.job(f"{self.pass_name(plan)} (in one task)", steps):
-            return self.sc.parallelize([0], 1).mapPartitionsWithIndex(
-                functools.partial(run_compact_round, compact)).collect()
+            return self.context.collect(self.backend.source([0], 1).map_partitions_with_index(
+                functools.partial(run_compact_round, compact)))
 
     def pass_name(self, plan: PassPlan) -> str:
         return f"round {self.round.number}: {super().pass_name(plan)}"

@@ -109,8 +109,8 @@ def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: in
         checkin(task, processor)
     finally:
         processor.state.target = TaskStateHandler()
-        if collected and task.metrics is not None:
-            task.metrics.add(pack(collected))
+    if collected and task.metrics is not None:
+        yield from task.metrics.report(pack(collected))
     for index, chunk in outputs:
         yield Elements(index, chunk)
     yield from reports

@@ -102,12 +102,12 @@ class CarriedResiduals:
     """The residuals of every splittable stage, carried by the driver between batches.
 
     Args:
-      spark_context: the SparkContext (None only to restore or inspect a snapshot).
+      backend: how the run reaches Spark (None only to restore or inspect a snapshot).
       parallelism: at most this many partitions for a batch's residuals.
     """
 
-    def __init__(self, spark_context: Any = None, parallelism: int = 1) -> None:
-        self.sc = spark_context
+    def __init__(self, backend: Any = None, parallelism: int = 1) -> None:
+        self.backend = backend
         self.parallelism = parallelism
         self.residuals: Dict[int, List[CarriedResidual]] = {}
         #: Spark jobs run to call bundle finalizations (for the batch report).
@@ -125,7 +125,7 @@ class CarriedResiduals:
 
     # ----- the plan
     def reads(self, stage: StageSpec) -> bool:
-        """True for a stage that runs a splittable DoFn (built by :meth:`stage_rdd`)."""
+        """True for a stage that runs a splittable DoFn (built by :meth:`stage_dataset`)."""
         if stage.index not in self._names:
             step = splittable_step(stage)
             self._names[stage.index] = None if step is None else step[0]
@@ -168,8 +168,8 @@ class CarriedResiduals:
     def has_due(self, stage: StageSpec, clock: float) -> bool:
         return any(residual.resume_at <= clock for residual in self.residuals.get(stage.index, []))
 
-    def stage_rdd(self, stage: StageSpec, task: StageTask, records: Any, input_live: bool,
-                  clock: float) -> Any:
+    def stage_dataset(self, stage: StageSpec, task: StageTask, records: Any, input_live: bool,
+                      clock: float) -> Any:
         """The stage over this batch's input and its due residuals: ``Elements`` on its
         outputs, then ``Residual`` and ``SplittableReport`` reports (applied by
         :meth:`apply` once the batch's job is done)."""
@@ -178,11 +178,10 @@ class CarriedResiduals:
         parts = [records] if input_live else []
         if due:
             carried = [Elements(residual.input_index, residual.element) for residual in due]
-            parts.append(self.sc.parallelize(carried, min(len(carried), self.parallelism)))
-        union = (self.sc.emptyRDD() if not parts else parts[0] if len(parts) == 1
-                 else self.sc.union(parts))
+            parts.append(self.backend.source(carried, min(len(carried), self.parallelism)))
+        union = self.backend.union(parts) if parts else self.backend.empty()
         self._ran[stage.index] = clock
-        return union.mapPartitions(functools.partial(
+        return union.map_partitions(functools.partial(
             process_splittable_partition, task, stage.index, self._batch, self._stale_before,
             self._outputs[stage.index]))
 
@@ -230,9 +229,9 @@ class CarriedResiduals:
             if not waiting:
                 return 0
             slices = 2 * max(self.parallelism, len(waiting))
-            reports = self.sc.parallelize(range(slices), slices).mapPartitions(
-                functools.partial(_finalize_partition, self._batch + 1,
-                                  self._stale_before)).collect()
+            reports = self.backend.collect(self.backend.source(
+                range(slices), slices).map_partitions(functools.partial(
+                    _finalize_partition, self._batch + 1, self._stale_before)))
             self.jobs += 1
             for report in reports:
                 self._note_pending(report)
