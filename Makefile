@@ -25,9 +25,12 @@ WORKER_CORES ?= 2
 # Kafka test on both, in one session; KAFKA_BROKER=noida make test keeps one.
 KAFKA_BROKER ?= noida
 KAFKA_DIR ?= .kafka-broker
+# Where `make connect-server` keeps its Spark Connect server's URL, PID and log, and its master.
+CONNECT_DIR ?= .spark-connect
+CONNECT_MASTER ?= local[2]
 
-.PHONY: install check-java test test-kafka run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
-        spark-cluster-status kafka kafka-stop kafka-status job-server graphviz clean
+.PHONY: install check-java test test-kafka test-connect run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
+        spark-cluster-status connect-server connect-server-stop connect-server-status kafka kafka-stop kafka-status job-server graphviz clean
 
 install: check-java $(STAMP)
 
@@ -57,6 +60,11 @@ test: install
 # The Kafka tests alone, once per broker.
 test-kafka: install
 	$(PYTEST) -m kafka $(PYTEST_ARGS)
+
+# The tests on Spark Connect alone: every batch test of the model, the runner and the jobs on
+# a Connect server, and the Connect-specific ones (make test runs them among the others).
+test-connect: install
+	$(PYTEST) -k "SparkConnect or connect" $(PYTEST_ARGS)
 
 # The live demo: embedded Kafka, a producer of game events, team_scores on the SparkRunner in
 # streaming, a live leaderboard; then a summary and out/live.png, out/live-throughput.png.
@@ -101,6 +109,17 @@ spark-cluster-stop:
 spark-cluster-status:
 	$(PY) -m services.cluster status --state-dir $(CLUSTER_DIR)
 
+# A Spark Connect server on 127.0.0.1 (free port), from pyspark's own jars; prints the sc:// URL
+# to pass as --spark_remote. CONNECT_MASTER=spark://... serves a cluster.
+connect-server: install
+	$(PY) -m services.connect_server start --state-dir $(CONNECT_DIR) --master '$(CONNECT_MASTER)'
+
+connect-server-stop:
+	@if [ -x $(PY) ]; then $(PY) -m services.connect_server stop --state-dir $(CONNECT_DIR); fi
+
+connect-server-status:
+	$(PY) -m services.connect_server status --state-dir $(CONNECT_DIR)
+
 # Beam's Job API on Spark: submit any Beam Python pipeline with --runner=PortableRunner
 # --job_endpoint=localhost:$(JOB_SERVER_PORT). Stop it with Ctrl-C.
 JOB_SERVER_PORT ?= 8099
@@ -123,5 +142,5 @@ kafka-stop:
 kafka-status:
 	$(PY) -m services.broker status --state-dir $(KAFKA_DIR)
 
-clean: spark-cluster-stop kafka-stop
-	rm -rf $(VENV) build *.egg-info .pytest_cache out $(CLUSTER_DIR) $(KAFKA_DIR)
+clean: spark-cluster-stop connect-server-stop kafka-stop
+	rm -rf $(VENV) build *.egg-info .pytest_cache out $(CLUSTER_DIR) $(CONNECT_DIR) $(KAFKA_DIR)

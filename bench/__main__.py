@@ -4,6 +4,10 @@ Engines (``--only``):
 
 - ``spark``: the Beam pipeline on our SparkRunner (``runners.spark.SparkRunner``) with
   ``--spark_master_url`` = ``--master``; reported as unavailable if it cannot be imported.
+- ``connect``: the same pipeline on our SparkRunner over Spark Connect: a Connect server the
+  bench starts from pyspark's jars (``services.connect_server``) with the same master and
+  parallelism, its Python workers forking from the runner's daemon as the classic
+  session's do, and a client session in this process (no SparkContext on this side).
 - ``pyspark``: the same computation written by hand with RDDs (``bench.baselines``).
 - ``dataframe``: the same computation written by hand with a DataFrame (``bench.baselines``).
 - ``direct``: the Beam pipeline on Beam's DirectRunner (its defaults), in a new Python
@@ -42,7 +46,7 @@ from bench.memory import PeakMemory
 from bench.report import format_table, ratios, write_jsonl
 from bench.workloads import WORKLOADS, EventSet, describe_difference, reference_answer
 
-ENGINES = ("pyspark", "dataframe", "spark", "direct")
+ENGINES = ("pyspark", "dataframe", "spark", "connect", "direct")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -69,7 +73,8 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=_count, default=100_000, help="events per run (1e5)")
     parser.add_argument("--only", type=_choices(ENGINES), default=list(ENGINES),
-                        help="engines, comma-separated: pyspark,dataframe,spark,direct (all)")
+                        help="engines, comma-separated: pyspark,dataframe,spark,connect,direct "
+                             "(all)")
     parser.add_argument("--workloads", type=_choices(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--shards", type=int, default=8, help="generator shards (8)")
@@ -92,9 +97,21 @@ class Engines:
         self.spark_runner_class: Any = None
         self.unavailable: Dict[str, str] = {}
         self.session_shared: Optional[bool] = None
+        self.connect_server: Any = None
+        self.connect_session: Any = None
 
     def prepare(self, engines: List[str]) -> None:
-        if "spark" in engines:
+        if "connect" in engines:
+            try:
+                from bench.session import bench_connect_server
+
+                self.connect_server = bench_connect_server(self.arguments.master,
+                                                           self.arguments.parallelism)
+                self.connect_session = self.connect_server.session()
+            except Exception as error:  # the row reports why it could not run
+                self.unavailable["connect"] = (
+                    f"no Spark Connect server: {type(error).__name__}: {error}")
+        if {"spark", "connect"} & set(engines):
             try:
                 from runners.spark import SparkRunner
                 self.spark_runner_class = SparkRunner
@@ -103,6 +120,14 @@ class Engines:
                     f"runners.spark.SparkRunner is not importable: {type(error).__name__}: {error}")
         if {"spark", "pyspark", "dataframe"} & set(engines):
             self.spark_session()
+
+    def close(self) -> None:
+        if self.connect_session is not None:
+            self.connect_session.stop()
+            self.connect_session = None
+        if self.connect_server is not None:
+            self.connect_server.stop()
+            self.connect_server = None
 
     def spark_session(self) -> Any:
         from bench.session import bench_session
@@ -131,10 +156,13 @@ class Engines:
             return run_direct_runner(workload, event_set, timing)
         from bench.beam_jobs import run_beam
 
-        options = [f"--spark_master_url={self.arguments.master}",
-                   f"--spark_parallelism={self.arguments.parallelism}"]
+        options = [f"--spark_parallelism={self.arguments.parallelism}"]
         if self.arguments.bundle_size:
             options.append(f"--bundle_size={self.arguments.bundle_size}")
+        if engine == "connect":
+            return run_beam(workload, event_set, self.spark_runner_class(self.connect_session),
+                            options, timing=timing)
+        options.append(f"--spark_master_url={self.arguments.master}")
         answer = run_beam(workload, event_set, self.spark_runner_class(), options,
                           timing=timing)
         from pyspark import SparkContext
@@ -185,6 +213,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     event_set = EventSet(arguments.events, arguments.seed, arguments.shards)
     warmup_set = EventSet(arguments.warmup_events, arguments.seed + 1, arguments.shards)
     engines = Engines(arguments)
+    try:
+        return _run(arguments, engines, run_id, results_path, event_set, warmup_set)
+    finally:
+        engines.close()
+
+
+def _run(arguments: argparse.Namespace, engines: Engines, run_id: str, results_path: Path,
+         event_set: EventSet, warmup_set: EventSet) -> int:
     engines.prepare(arguments.only)
     context = {"run_id": run_id, "master": arguments.master, "parallelism": arguments.parallelism,
                "seed": arguments.seed, "shards": arguments.shards,

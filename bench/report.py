@@ -49,6 +49,7 @@ def percentile(values: Sequence[float], fraction: float) -> Optional[float]:
 #: Engine keys as the command line names them, and how the table names them.
 ENGINE_LABELS = {
     "spark": "Beam on SparkRunner",
+    "connect": "Beam on SparkRunner, Spark Connect",
     "pyspark": "hand-written PySpark",
     "dataframe": "hand-written DataFrame",
     "direct": "Beam on DirectRunner",
@@ -56,7 +57,7 @@ ENGINE_LABELS = {
 }
 #: (numerator, denominator): throughput ratios worth printing.
 RATIOS = (("spark", "direct"), ("spark", "pyspark"), ("spark", "dataframe"),
-          ("pyspark", "direct"))
+          ("pyspark", "direct"), ("connect", "spark"))
 
 
 def ratios(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -72,6 +72,23 @@ def bench_session(master: str = "local[2]", parallelism: int = 2,
     return session
 
 
+def bench_connect_server(master: str = "local[2]", parallelism: int = 2) -> Any:
+    """A Spark Connect server on ``master`` for the ``connect`` engine (started here; stop
+    it): its Python workers import ``bench`` from the repository, and fork from the runner's
+    daemon as the classic session's workers do."""
+    from services.connect_server import ConnectServer
+
+    prepare_worker_environment()
+    server = ConnectServer(state_dir=tempfile.mkdtemp(prefix="bench-connect-"), master=master,
+                           conf={"spark.default.parallelism": str(parallelism),
+                                 "spark.sql.shuffle.partitions": str(parallelism),
+                                 "spark.ui.enabled": "false",
+                                 "spark.ui.showConsoleProgress": "false"},
+                           python_path=os.environ["PYTHONPATH"],
+                           daemon_module=WORKER_DAEMON if _has_module(WORKER_DAEMON) else None)
+    return server.start()
+
+
 _SHIPPED_TO: Set[int] = set()
 
 

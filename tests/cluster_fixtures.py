@@ -38,9 +38,10 @@ def runner_options(cluster: StandaloneCluster) -> List[str]:
 CLUSTER_MARKS = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark-cluster")]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_workers() -> Iterator[StandaloneCluster]:
-    """A master and two 1-core workers on 127.0.0.1, isolated where possible."""
+    """A master and two 1-core workers on 127.0.0.1, isolated where possible: one for the
+    test process's cluster tests (a test that takes a worker away starts it again)."""
     state_dir = tempfile.mkdtemp(prefix="beam-test-cluster-", dir=SHARED_ROOT)
     cluster = StandaloneCluster(state_dir=state_dir, workers=2, worker_cores=1,
                                 isolated=isolation_available())

@@ -8,21 +8,29 @@ loop, state, checkpoints), ``kafka`` (the Kafka source and sink, on both embedde
 A test that runs on Spark is also marked ``spark``.
 
 The runner is a parameter, never a constant, so the same TestStream proof runs on Beam's
-DirectRunner and on our SparkRunner and must give the same panes on both. Select runners
-with ``BEAM_TEST_RUNNERS=DirectRunner,SparkRunner`` (default: every runner registered in
-:data:`RUNNERS`).
+DirectRunner and on our SparkRunner, on classic Spark and on Spark Connect
+(``SparkConnect``: a Connect server of the test process's own, ``connect_fixtures``), and
+must give the same panes on each. Select runners with
+``BEAM_TEST_RUNNERS=DirectRunner,SparkRunner`` (default: every runner registered in
+:data:`RUNNERS`). ``SparkConnect`` runs the tests of :data:`CONNECT_AREAS`; streaming ones
+(the rest) wait for Spark Connect's streaming engine.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 
+from connect_fixtures import (  # noqa: F401 (fixtures)
+    no_classic_spark,
+    spark_connect,
+    spark_connect_runner,
+)
 from spark_fixtures import spark_runner, spark_session  # noqa: F401 (spark_session: a fixture)
 
 # The embedded Kafka broker fixtures (KAFKA_BROKER=noida|tansu selects the broker), and the
@@ -37,7 +45,14 @@ def _direct_runner(request):
 
 
 #: Runner name -> factory taking the pytest request (so a runner may use session fixtures).
-RUNNERS: Dict[str, Callable] = {"DirectRunner": _direct_runner, "SparkRunner": spark_runner}
+RUNNERS: Dict[str, Callable] = {"DirectRunner": _direct_runner, "SparkRunner": spark_runner,
+                                "SparkConnect": spark_connect_runner}
+#: The runners on Spark.
+SPARK_RUNNERS = ("SparkRunner", "SparkConnect")
+#: Areas whose tests run on Spark Connect too (``BEAM_TEST_CONNECT_AREAS`` narrows them);
+#: the streaming areas wait for Spark Connect's streaming engine.
+CONNECT_AREAS = tuple(area.strip() for area in os.environ.get(
+    "BEAM_TEST_CONNECT_AREAS", "model,runner,pipelines").split(",") if area.strip())
 
 
 def _selected_runners():
@@ -53,7 +68,27 @@ def _selected_runners():
     return names
 
 
-@pytest.fixture(params=_selected_runners())
+def _area(path: Path) -> Optional[str]:
+    relative = path.resolve().relative_to(Path(__file__).resolve().parent)
+    return relative.parts[0] if len(relative.parts) > 1 else None
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """A test using ``runner_name`` runs on every selected runner (Spark Connect in
+    :data:`CONNECT_AREAS` only), unless it names its runners itself."""
+    if "runner_name" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if "runner_name" in (names.split(",") if isinstance(names, str) else names):
+            return
+    names = _selected_runners()
+    if _area(metafunc.definition.path) not in CONNECT_AREAS:
+        names = [name for name in names if name != "SparkConnect"]
+    metafunc.parametrize("runner_name", names, indirect=True)
+
+
+@pytest.fixture
 def runner_name(request) -> str:
     """The name of the runner this test instance runs on."""
     return request.param
@@ -91,16 +126,14 @@ SPARK_AREAS = ("runner", "streaming", "job_server")
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark each test with its folder's area, and ``spark`` when it runs on Spark."""
-    tests = Path(__file__).resolve().parent
     for item in items:
-        relative = item.path.resolve().relative_to(tests)
-        area = relative.parts[0] if len(relative.parts) > 1 else None
+        area = _area(item.path)
         if area in AREAS:
             item.add_marker(getattr(pytest.mark, area))
         callspec = getattr(item, "callspec", None)
         on_spark = (area in SPARK_AREAS
                     or "spark_session" in getattr(item, "fixturenames", ())
                     or (callspec is not None
-                        and callspec.params.get("runner_name") == "SparkRunner"))
+                        and callspec.params.get("runner_name") in SPARK_RUNNERS))
         if on_spark:
             item.add_marker(pytest.mark.spark)

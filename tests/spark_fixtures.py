@@ -21,7 +21,7 @@ import pytest
 
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 #: tests/ and its area folders (tests/model, tests/streaming, ...).
-_TEST_FOLDERS = [_TESTS] + sorted(
+TEST_FOLDERS = [_TESTS] + sorted(
     os.path.join(_TESTS, name) for name in os.listdir(_TESTS)
     if os.path.isdir(os.path.join(_TESTS, name)) and not name.startswith((".", "_")))
 
@@ -41,7 +41,7 @@ SPARK_TEST_SETTINGS: Dict[str, str] = {
     "spark.python.daemon.module": "runners.spark.daemon",
     # DoFns defined in test modules are pickled by reference (a test module is imported by
     # its bare name from its area's folder): workers must import every test folder.
-    "spark.executorEnv.PYTHONPATH": os.pathsep.join(_TEST_FOLDERS),
+    "spark.executorEnv.PYTHONPATH": os.pathsep.join(TEST_FOLDERS),
 }
 
 @functools.lru_cache(maxsize=None)

@@ -231,3 +231,48 @@ def test_the_check_catches_a_private_beam_import(tmp_path):
         "runners.spark.example: apache_beam.internal.pickler",
         "runners.spark.example: apache_beam.transforms.trigger._CombiningValueStateTag",
     ]
+
+
+#: What of PySpark the runner's engine may import outside its backends: what a Python
+#: worker has on classic Spark and on Spark Connect alike.
+WORKER_SIDE_PYSPARK = ("pyspark.TaskContext", "pyspark.SparkFiles", "pyspark.cloudpickle",
+                       "pyspark.daemon")
+#: ... and what the Spark Connect backend may import besides (no SparkContext, no RDD).
+CONNECT_PYSPARK = ("pyspark.sql", "pyspark.storagelevel")
+BACKENDS = "runners.spark.backends"
+
+
+def spark_imports_out_of_place(modules: Dict[str, Path]) -> List[str]:
+    """``module: pyspark name`` for each import of PySpark a runner module may not make:
+    classic Spark's API outside the classic backend, anything but the workers' side outside
+    the backends (see :data:`WORKER_SIDE_PYSPARK`)."""
+    found = []
+    for name, path in sorted(modules.items()):
+        if not _matches(name, "runners"):
+            continue
+        if name.startswith(f"{BACKENDS}.classic"):
+            continue  # classic Spark's own backend: every API of PySpark
+        allowed = WORKER_SIDE_PYSPARK + (CONNECT_PYSPARK if name.startswith(
+            f"{BACKENDS}.connect") else ())
+        for module, names in imported_names(ast.parse(path.read_text(), str(path))):
+            if not _matches(module, "pyspark"):
+                continue
+            targets = [f"{module}.{item}" for item in names] or [module]
+            found.extend(f"{name}: {target}" for target in targets
+                         if not any(_matches(target, prefix) for prefix in allowed))
+    return found
+
+
+def test_spark_is_reached_through_the_backends_and_classic_spark_through_its_own():
+    assert spark_imports_out_of_place(product_modules()) == []
+
+
+def test_the_check_catches_a_classic_call_outside_its_backend(tmp_path):
+    engine, connect = tmp_path / "engine.py", tmp_path / "connect.py"
+    engine.write_text("from pyspark import TaskContext, SparkContext\n")
+    connect.write_text("from pyspark.sql.types import BinaryType\nfrom pyspark import RDD\n")
+    assert spark_imports_out_of_place({"runners.spark.stage_graph": engine,
+                                       f"{BACKENDS}.connect": connect}) == [
+        f"{BACKENDS}.connect: pyspark.RDD",
+        "runners.spark.stage_graph: pyspark.SparkContext",
+    ]

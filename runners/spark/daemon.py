@@ -15,7 +15,8 @@ never walked, and forked workers share their pages with the daemon.
 
 import gc
 
-import runners.spark.bundles  # noqa: F401  (imported for the forked workers)
+import runners.spark.backends.connect_tasks  # noqa: F401  (imported for the forked workers)
+import runners.spark.bundles  # noqa: F401
 import runners.spark.shuffle  # noqa: F401
 from pyspark import daemon
 

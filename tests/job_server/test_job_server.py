@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterator, List
+from typing import Iterator, List, Sequence
 
 import apache_beam as beam
 import grpc
@@ -39,15 +39,19 @@ JobState = beam_job_api_pb2.JobState
 pytestmark = pytest.mark.timeout(900)
 
 
+#: The server's Spark: a SparkContext of its own on local[2].
+LOCAL_SPARK = ("--spark_master_url", "local[2]", "--spark_conf", "spark.default.parallelism=2")
+
+
 @contextlib.contextmanager
-def running_job_server(log_path: str, start_timeout: float = 180.0) -> Iterator[str]:
-    """Start the job server in a subprocess on a free port; yield ``localhost:PORT``.
+def running_job_server(log_path: str, start_timeout: float = 180.0,
+                       spark: Sequence[str] = LOCAL_SPARK) -> Iterator[str]:
+    """Start the job server in a subprocess on a free port, on ``spark`` (its options);
+    yield ``localhost:PORT``.
 
     Stops only that process (SIGTERM, then SIGKILL if it does not exit).
     """
-    command = [sys.executable, "-m", "runners.spark.job_server", "--port", "0",
-               "--spark_master_url", "local[2]",
-               "--spark_conf", "spark.default.parallelism=2"]
+    command = [sys.executable, "-m", "runners.spark.job_server", "--port", "0", *spark]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
                                    stderr=log)

@@ -34,7 +34,7 @@ from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.parametrize("runner_name", ["SparkRunner"], indirect=True)
+pytestmark = pytest.mark.parametrize("runner_name", ["SparkRunner", "SparkConnect"], indirect=True)
 
 
 def _partition(element):

@@ -42,7 +42,9 @@ class Dataset(abc.ABC):
     @abc.abstractmethod
     def map_partitions_with_index(self, function: IndexedPartitionFunction) -> "Dataset":
         """``function(partition index, records)`` over each partition: the index of the Spark
-        task's partition (a hint, e.g. where to start dealing elements round-robin)."""
+        task's partition, a hint (e.g. where to start dealing elements round-robin): once
+        datasets are unioned or coalesced, Spark Connect's tasks number partitions of the
+        result, not of this dataset."""
 
     def filter(self, predicate: Callable[[Any], bool]) -> "Dataset":
         return self.map_partitions(functools.partial(_filtered, predicate))

@@ -58,7 +58,10 @@ def stage_for_executors(backend: Backend, options: PipelineOptions,
         return None
     job_id = job_id or uuid.uuid4().hex[:12]
     work_dir = tempfile.mkdtemp(prefix=f"beam-spark-job-{job_id}-")
-    staged = environments.python_sdk_dependencies(options, os.path.join(work_dir, "staged"))
+    # Beam's stager makes its temporary folders inside this one (--extra_package): it must be.
+    staging_dir = os.path.join(work_dir, "staged")
+    os.makedirs(staging_dir)
+    staged = environments.python_sdk_dependencies(options, staging_dir)
     files = artifacts.staged_files([beam_runner_api_pb2.Environment(dependencies=staged)])
     shipped = artifacts.ship_to_executors(backend, files, os.path.join(work_dir, "shipped"),
                                           job_id)

@@ -1,0 +1,350 @@
+"""Spark Connect: the engine's datasets as DataFrames, on a session with no SparkContext.
+
+Spark Connect (Spark 4's thin client, ``sc://host:port``; Databricks serverless and standard
+access mode) offers DataFrames and no RDD, broadcast, accumulator or job description. The
+engine runs there unchanged; only this backend differs:
+
+* **stages**: a dataset is a DataFrame of pickled records (:mod:`~runners.spark.backends.
+  connect_rows`) plus the Python functions still to apply to each partition; successive
+  functions run in one ``mapInArrow`` pass, as PySpark pipelines an RDD's, so a fused stage
+  costs one trip through a Python worker;
+* **shuffles**: ``repartitionById`` on the target partition (``crc32(key) % n`` stays the
+  partitioner), and for a GroupByKey ``sortWithinPartitions`` on the group key, whose rows
+  the reduce side then reads group by group (Spark's sort spills, as its groupByKey does);
+* **computed once**: a dataset read by several readers is persisted (memory and disk);
+* **values for tasks**: in the pickled function (small), or as an artifact file tasks read
+  once per worker process (:class:`ConnectBroadcast`);
+* **metrics**: each task emits its MonitoringInfos as a report record, which the run's job
+  collects with its other reports (:class:`ReportedMetrics`);
+* **names and cancelling**: job tags (:mod:`~runners.spark.backends.connect_names`);
+* **code**: the project's packages and what a pipeline stages are session artifacts.
+
+A session is checked once, at first use (:mod:`~runners.spark.backends.connect_checks`):
+a server older than 4.1, or workers that cannot run the runner, are refused with what to do.
+
+>>> ConnectBackend.kind
+'connect'
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import pickle
+import tempfile
+import threading
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
+
+import pyarrow as pa
+from apache_beam.options.pipeline_options import PipelineOptions
+from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+from pyspark.storagelevel import StorageLevel
+
+from runners.spark import options as spark_options
+from runners.spark.backends import connect_rows as rows
+from runners.spark.backends.base import (
+    Backend,
+    Dataset,
+    IndexedPartitionFunction,
+    JobNames,
+    MetricsSink,
+    PartitionAffinity,
+    PartitionFunction,
+    RunMetrics,
+    UnplacedAffinity,
+)
+from runners.spark.backends.connect_checks import SessionFacts, check_session
+from runners.spark.backends.connect_tasks import (
+    ConnectBroadcast,
+    KeyedWriter,
+    PartitionedWriter,
+    PartitionTask,
+    RecordsWriter,
+    ReportSink,
+    SourceRecords,
+    Step,
+    groups_in,
+    records_in,
+)
+from runners.spark.backends.connect_names import ConnectJobNames, TaggedThread
+from runners.spark.dependencies import project
+from runners.spark.records import MetricUpdates
+
+_LOGGER = logging.getLogger(__name__)
+
+#: Records a source pickles into its task function (larger ones go as a DataFrame).
+SOURCE_INLINE_BYTES = 1 << 20
+#: Broadcast values larger than this go to the workers as an artifact file (read once per
+#: worker process); smaller ones ride in the task function, which every query's plan and
+#: every task carry (a pipeline's components, ~240 KB for the aggregation model tests, made
+#: each plan megabytes when they rode along: 0.66 s per query).
+BROADCAST_INLINE_BYTES = 64 << 10
+
+STREAMING_REFUSAL = (
+    "streaming pipelines do not run on Spark Connect yet: the streaming engine keeps each key "
+    "partition's state on the executor that last ran it, and Spark Connect has no API to send "
+    "a task back there. Run this pipeline on classic Spark (--spark_master_url, or a "
+    "SparkSession with a SparkContext), or as a batch pipeline")
+
+
+def _schema(*columns: Tuple[str, Any]) -> StructType:
+    return StructType([StructField(name, kind, nullable=False) for name, kind in columns])
+
+
+RECORDS_SCHEMA = _schema((rows.RECORD, BinaryType()))
+PARTITIONED_SCHEMA = _schema((rows.PARTITION, IntegerType()), (rows.RECORD, BinaryType()))
+KEYED_SCHEMA = _schema((rows.PARTITION, IntegerType()), (rows.KEY, BinaryType()),
+                       (rows.RECORD, BinaryType()))
+
+
+class ConnectDataset(Dataset):
+    """A DataFrame of records, and the functions still to apply to its partitions.
+
+    Args:
+      backend: the session's backend.
+      frame: the DataFrame.
+      reader: how a task turns its partition's batches into records.
+      steps: functions to apply, in order, in the same pass.
+      plain: ``frame`` is exactly one :data:`~runners.spark.backends.connect_rows.RECORD`
+        column of records.
+      persisted: ``frame`` is persisted (:meth:`unpersist` frees it).
+    """
+
+    def __init__(self, backend: "ConnectBackend", frame: Any,
+                 reader: Callable[..., Iterator[Any]] = records_in,
+                 steps: Tuple[Step, ...] = (), plain: bool = False,
+                 persisted: bool = False) -> None:
+        self.backend = backend
+        self._frame = frame
+        self._reader = reader
+        self._steps = steps
+        self._plain = plain
+        self._persisted = persisted
+
+    def map_partitions(self, function: PartitionFunction) -> "ConnectDataset":
+        return ConnectDataset(self.backend, self._frame, self._reader,
+                              self._steps + ((False, function),))
+
+    def map_partitions_with_index(self, function: IndexedPartitionFunction) -> "ConnectDataset":
+        return ConnectDataset(self.backend, self._frame, self._reader,
+                              self._steps + ((True, function),))
+
+    def partition_by(self, partitions: int) -> "ConnectDataset":
+        written = self._apply(PartitionedWriter(partitions, self.backend.binary),
+                              PARTITIONED_SCHEMA)
+        return ConnectDataset(self.backend, written.repartitionById(partitions, rows.PARTITION))
+
+    def group_by_key(self, partitions: int,
+                     partition_of: Callable[[Any], int]) -> "ConnectDataset":
+        written = self._apply(KeyedWriter(partitions, partition_of, self.backend.binary),
+                              KEYED_SCHEMA)
+        grouped = written.repartitionById(partitions, rows.PARTITION).sortWithinPartitions(
+            rows.KEY)
+        return ConnectDataset(self.backend, grouped, groups_in)
+
+    def coalesce(self, partitions: int) -> "ConnectDataset":
+        return ConnectDataset(self.backend, self.frame().coalesce(partitions), plain=True)
+
+    def frame(self) -> Any:
+        """A DataFrame of one :data:`~runners.spark.backends.connect_rows.RECORD` column."""
+        if self._plain and not self._steps:
+            return self._frame
+        if self._reader is records_in and not self._steps:
+            return self._frame.select(rows.RECORD)
+        return self._apply(RecordsWriter(self.backend.binary), RECORDS_SCHEMA)
+
+    def _apply(self, writer: Callable[[Iterable[Any]], Iterator[Any]], schema: StructType) -> Any:
+        return self._frame.mapInArrow(PartitionTask(self._reader, self._steps, writer), schema)
+
+    def unpersist(self) -> None:
+        if self._persisted:
+            self._frame.unpersist()
+            self._persisted = False
+
+
+class ReportedMetrics(RunMetrics):
+    """A run's metrics as its jobs bring them back (:meth:`take`): each job's as it ends."""
+
+    def __init__(self) -> None:
+        self._sink = ReportSink()
+        self._packed: List[bytes] = []
+        self._lock = threading.Lock()
+
+    @property
+    def sink(self) -> MetricsSink:
+        return self._sink
+
+    def add(self, packed: List[bytes]) -> None:
+        with self._lock:
+            self._packed.extend(packed)
+
+    @property
+    def value(self) -> List[bytes]:
+        with self._lock:
+            return list(self._packed)
+
+    def take(self, records: List[Any]) -> List[Any]:
+        kept = []
+        for record in records:
+            if type(record) is MetricUpdates:
+                self.add(list(record.packed))
+            else:
+                kept.append(record)
+        return kept
+
+
+class ConnectBackend(Backend):
+    """The engine on a Spark Connect session (see the module docstring).
+
+    Make one with :meth:`of` (a session of yours) or :meth:`connect` (a URL): both check the
+    session once (:func:`~runners.spark.backends.connect_checks.check_session`).
+    """
+
+    kind = "connect"
+    streaming_refusal = STREAMING_REFUSAL
+    _SESSIONS: Dict[str, "ConnectBackend"] = {}  # session id -> its backend
+    _REMOTES: Dict[Any, Any] = {}  # (URL, settings) -> the session the runner made
+    _LOCK = threading.RLock()
+
+    def __init__(self, session: Any, facts: SessionFacts) -> None:
+        self.session = session
+        self.facts = facts
+        self.binary = pa.large_binary() if facts.large_binary else pa.binary()
+        self._artifacts: set = set()
+        self._artifacts_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, session: Any) -> "ConnectBackend":
+        """The backend of a Spark Connect session (checked and prepared once per session:
+        the project's packages shipped, the workers probed)."""
+        with cls._LOCK:
+            backend = cls._SESSIONS.get(session.session_id)
+            if backend is None:
+                backend = cls(session, SessionFacts())
+                backend.ship_project()
+                backend.facts = check_session(session, backend.describe())
+                backend.binary = pa.large_binary() if backend.facts.large_binary else pa.binary()
+                cls._SESSIONS[session.session_id] = backend
+        return backend
+
+    @classmethod
+    def connect(cls, url: str, options: PipelineOptions) -> "ConnectBackend":
+        """A session on the Spark Connect server at ``url``, one per URL and settings for the
+        process's runs (``--spark_conf`` entries are set on the session: runtime settings
+        only; a server's static ones are its own). A new session, not PySpark's default
+        one: that one cannot be made in a process that has a classic session."""
+        from pyspark.sql import SparkSession
+
+        named = spark_options.parse_spark_conf(
+            options.view_as(spark_options.SparkRunnerOptions).spark_conf)
+        key = (url, tuple(sorted(named.items())))
+        with cls._LOCK:
+            session = cls._REMOTES.get(key)
+            if session is None or session.is_stopped:
+                builder = SparkSession.builder.remote(url)
+                for name, value in named.items():
+                    builder = builder.config(name, value)
+                session = cls._REMOTES[key] = builder.create()
+        return cls.of(session)
+
+    @property
+    def default_parallelism(self) -> int:
+        return self.facts.default_parallelism
+
+    @property
+    def single_executor(self) -> bool:
+        return self.facts.single_executor
+
+    def source(self, records: Sequence[Any], partitions: int = 1) -> ConnectDataset:
+        records = list(records)
+        partitions = max(partitions, 1)
+        reader = SourceRecords(records, partitions)
+        if len(reader.pickled) <= SOURCE_INLINE_BYTES:
+            frame = self.session.range(0, partitions, 1, partitions)
+            return ConnectDataset(self, frame, reader)
+        # Too large to ride in the task function: a DataFrame of the records, dealt.
+        table = pa.table({
+            rows.PARTITION: pa.array([position * partitions // len(records)
+                                      for position in range(len(records))], pa.int32()),
+            rows.RECORD: pa.array([pickle.dumps(record, pickle.HIGHEST_PROTOCOL)
+                                   for record in records], self.binary)})
+        frame = self.session.createDataFrame(table, schema=PARTITIONED_SCHEMA)
+        return ConnectDataset(self, frame.repartitionById(partitions, rows.PARTITION))
+
+    def union(self, datasets: Sequence[Dataset]) -> ConnectDataset:
+        if len(datasets) == 1:
+            return datasets[0]
+        frames = [dataset.frame() for dataset in datasets]
+        return ConnectDataset(self, functools.reduce(lambda left, right: left.union(right),
+                                                     frames), plain=True)
+
+    def compute_once(self, dataset: Dataset) -> ConnectDataset:
+        """Persisted (memory and disk) at its first computation: later readers and jobs read
+        the kept blocks."""
+        return ConnectDataset(self, dataset.frame().persist(StorageLevel.MEMORY_AND_DISK),
+                              plain=True, persisted=True)
+
+    def collect(self, dataset: Dataset) -> List[Any]:
+        table = dataset.frame().toArrow()
+        return list(rows.read_records(table.to_batches()))
+
+    def broadcast(self, value: Any) -> ConnectBroadcast:
+        pickled = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        if len(pickled) <= BROADCAST_INLINE_BYTES:
+            return ConnectBroadcast(value, pickled, None)
+        digest = hashlib.sha256(pickled).hexdigest()
+        name = f"beam-broadcast-{digest[:32]}.pickle"
+        path = os.path.join(tempfile.gettempdir(), name)
+        if not os.path.exists(path):
+            with tempfile.NamedTemporaryFile(dir=tempfile.gettempdir(), delete=False) as file:
+                file.write(pickled)
+            os.replace(file.name, path)
+        self._add_artifact(path, file=True)
+        return ConnectBroadcast(value, pickled, name)
+
+    def run_metrics(self) -> RunMetrics:
+        return ReportedMetrics()
+
+    def job_names(self, run_tag: str) -> JobNames:
+        return ConnectJobNames(self.session, run_tag)
+
+    def cancel(self, run_tag: str) -> None:
+        self.session.interruptTag(run_tag)
+
+    def partition_affinity(self, partitions: int) -> PartitionAffinity:
+        return UnplacedAffinity(self, partitions)
+
+    def stop(self) -> None:
+        with self._LOCK:
+            self._SESSIONS.pop(self.session.session_id, None)
+        self.session.stop()
+
+    def thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        return TaggedThread(self.session, target, name)
+
+    # ----- code and files
+    def ship_project(self) -> None:
+        """The project's packages as a Python artifact of the session (once per content):
+        its Python workers put it on their path."""
+        self._add_artifact(project.project_archive(), pyfile=True)
+
+    def add_python_file(self, path: str) -> None:
+        self._add_artifact(path, pyfile=True)
+
+    def add_file(self, path: str) -> None:
+        self._add_artifact(path, file=True)
+
+    def _add_artifact(self, path: str, **kind: bool) -> None:
+        name = os.path.basename(path)
+        with self._artifacts_lock:
+            if name in self._artifacts:
+                return
+            self.session.addArtifacts(path, **kind)
+            self._artifacts.add(name)
+        _LOGGER.info("shipped %s to the Spark Connect session's workers (%d KiB)", name,
+                     os.path.getsize(path) // 1024)
+
+    def describe(self) -> str:
+        return f"Spark Connect ({self.facts.server or 'session'} {self.session.session_id})"

@@ -1,0 +1,73 @@
+"""The SparkRunner on a Spark Connect server that drives a cluster of two workers sharing
+nothing (``cluster_fixtures``): what an executor needs reaches it through Connect alone.
+
+The server is started from pyspark's jars with the cluster as its master and PySpark's own
+worker daemon (a server that is not the project's: its Python workers import Beam and the
+runner themselves); the client, this test process, has no SparkContext for it. The
+pipeline's functions are defined inside the test so that they travel by value: the
+executors cannot import this test module.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from cluster_fixtures import CLUSTER_MARKS
+from connect_fixtures import no_classic_spark  # noqa: F401 (fixture)
+from runners.spark import SparkRunner
+from services.connect_server import ConnectServer
+
+pytestmark = CLUSTER_MARKS
+
+
+@pytest.fixture(scope="module")
+def cluster_connect_server(two_workers, tmp_path_factory):
+    settings = two_workers.driver_conf()
+    master = settings.pop("spark.master")
+    with ConnectServer(state_dir=tmp_path_factory.mktemp("cluster-connect"), master=master,
+                       conf=settings, daemon_module=None) as server:
+        yield server
+
+
+def test_a_batch_pipeline_runs_on_a_connect_server_of_the_cluster(
+        cluster_connect_server, shared_dir, no_classic_spark):
+    session = cluster_connect_server.session()
+    big = ["w%04d" % index + "." * 100 for index in range(1000)]  # ~100 KB: an artifact
+
+    class NoteExecutor(beam.DoFn):
+        def __init__(self):
+            self.where = Metrics.string_set("cluster", "worker_directories")
+
+        def process(self, word):
+            import os
+
+            # An executor's working directory is in its worker's own directory.
+            self.where.add(os.getcwd().split("/work/")[0])
+            yield word[0], 1
+
+    output = shared_dir / "counts"
+    pipeline = beam.Pipeline(runner=SparkRunner(session),
+                             options=PipelineOptions(["--spark_parallelism=4"]))
+    known = pipeline | "Known" >> beam.Create(big)
+    _ = (pipeline | beam.Create(["apple", "avocado", "banana", "cherry"] * 50)
+         | beam.Reshuffle() | beam.ParDo(NoteExecutor()) | beam.CombinePerKey(sum)
+         | beam.Map(lambda pair, known: f"{pair[0]} {pair[1]} {len(known)}",
+                    known=beam.pvalue.AsList(known))
+         | beam.io.WriteToText(str(output)))
+    result = pipeline.run()
+    assert result.wait_until_finish() == "DONE"
+    lines = sorted(line for path in Path(shared_dir).glob("counts*")
+                   for line in path.read_text().splitlines())
+    assert lines == ["a 100 1000", "b 50 1000", "c 50 1000"]
+    (where,) = result.metrics().query(MetricsFilter().with_namespace("cluster"))["string_sets"]
+    workers = {re.search(r"workers/(\d+)", directory).group(1)
+               for directory in where.committed}
+    assert workers == {"0", "1"}, where.committed
+    session.stop()
