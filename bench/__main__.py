@@ -7,7 +7,8 @@ Engines (``--only``):
 - ``connect``: the same pipeline on our SparkRunner over Spark Connect: a Connect server the
   bench starts from pyspark's jars (``services.connect_server``) with the same master and
   parallelism, its Python workers forking from the runner's daemon as the classic
-  session's do, and a client session in this process (no SparkContext on this side).
+  session's do, and a client session in this process (no SparkContext on this side), set
+  up as the runner sets up the sessions it makes (``ConnectBackend.SESSION_DEFAULTS``).
 - ``pyspark``: the same computation written by hand with RDDs (``bench.baselines``).
 - ``dataframe``: the same computation written by hand with a DataFrame (``bench.baselines``).
 - ``direct``: the Beam pipeline on Beam's DirectRunner (its defaults), in a new Python
@@ -107,7 +108,12 @@ class Engines:
 
                 self.connect_server = bench_connect_server(self.arguments.master,
                                                            self.arguments.parallelism)
+                from runners.spark.backends.connect import ConnectBackend
+
                 self.connect_session = self.connect_server.session()
+                # As the runner sets up the sessions it makes itself (--spark_remote).
+                for key, value in ConnectBackend.SESSION_DEFAULTS.items():
+                    self.connect_session.conf.set(key, value)
             except Exception as error:  # the row reports why it could not run
                 self.unavailable["connect"] = (
                     f"no Spark Connect server: {type(error).__name__}: {error}")

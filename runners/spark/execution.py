@@ -72,7 +72,7 @@ class PlanExecution:
         self.context.cancelled.set()
 
     def run(self) -> None:
-        """Build every stage's RDD and run the jobs; raises what a task raised."""
+        """Build every stage's dataset and run the jobs; raises what a task raised."""
         self.context.start()
         BatchGraph(self.context).run_pass()
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 import time
 import urllib.request
 import zipfile
-from pathlib import Path
 
 import apache_beam as beam
 import pytest
@@ -160,13 +158,14 @@ MAIN_SESSION_SCRIPT = """
 import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+import other_helper
 import shipped_helper
 
 SUFFIX = "!"  # module level of __main__: only --save_main_session brings it to the workers
 
 
 def shout(word):
-    return shipped_helper.upper(word) + SUFFIX
+    return shipped_helper.upper(word) + SUFFIX + other_helper.MARK
 
 
 if __name__ == "__main__":
@@ -179,9 +178,9 @@ if __name__ == "__main__":
 
 
 def test_a_script_ships_its_main_session_and_packages_as_session_artifacts(tmp_path):
-    """``--save_main_session`` and ``--extra_package`` through the runner's own staging, from
-    a script run as a user runs one: the package is installed into the job's site and both
-    reach the Connect server's workers as artifacts."""
+    """``--save_main_session``, ``--extra_package`` and ``--setup_file`` through the runner's
+    own staging, from a script run as a user runs one: the packages are installed into the
+    job's site and all reach the Connect server's workers as artifacts."""
     wheel = tmp_path / "shipped_helper-1.0-py3-none-any.whl"
     info = "shipped_helper-1.0.dist-info"
     with zipfile.ZipFile(wheel, "w") as archive:
@@ -191,7 +190,12 @@ def test_a_script_ships_its_main_session_and_packages_as_session_artifacts(tmp_p
         archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\n"
                                           "Root-Is-Purelib: true\nTag: py3-none-any\n")
         archive.writestr(f"{info}/RECORD", "")
-    # The driver imports the package from here; the workers only from what is shipped.
+    project = tmp_path / "other"  # the user's own package, with its setup.py
+    (project / "other_helper").mkdir(parents=True)
+    (project / "other_helper" / "__init__.py").write_text("MARK = '?'\n")
+    (project / "setup.py").write_text("from setuptools import setup\nsetup(name='other_helper', "
+                                      "version='1.0', packages=['other_helper'])\n")
+    # The driver imports the packages from here; the workers only from what is shipped.
     driver_path = tmp_path / "driver"
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(driver_path)
@@ -200,11 +204,12 @@ def test_a_script_ships_its_main_session_and_packages_as_session_artifacts(tmp_p
     output = tmp_path / "out.txt"
     completed = subprocess.run(
         [PYTHON, str(script), str(output), f"--spark_remote={shared_connect_server().url}",
-         "--save_main_session", f"--extra_package={wheel}"],
+         "--save_main_session", f"--extra_package={wheel}",
+         f"--setup_file={project / 'setup.py'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{driver_path}:{REPO}"})
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{driver_path}:{project}:{REPO}"})
     assert completed.returncode == 0, completed.stderr[-4000:]
-    assert sorted(output.read_text().split()) == ["A!", "B!"]
+    assert sorted(output.read_text().split()) == ["A!?", "B!?"]
 
 
 SHADOWED_BEAM = "raise ImportError('apache_beam is not installed on this server')\n"

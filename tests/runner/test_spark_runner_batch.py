@@ -269,14 +269,20 @@ def test_side_inputs(make_pipeline):
         factor = p | "Factor" >> beam.Create([10])
         names = p | "Names" >> beam.Create([(1, "one"), (2, "two"), (3, "three")])
         extras = p | "Extras" >> beam.Create(["x", "y"])
+        tags = p | "Tags" >> beam.Create([(1, "odd"), (1, "first"), (2, "even")])
         described = numbers | beam.Map(
-            lambda n, f, table, extra: (n * f, table[n], sorted(extra)),
+            lambda n, f, table, extra, seen, tagged: (
+                n * f, table[n], sorted(extra), sorted(seen), sorted(tagged[n])),
             f=beam.pvalue.AsSingleton(factor),
             table=beam.pvalue.AsDict(names),
             extra=beam.pvalue.AsList(extras),
+            seen=beam.pvalue.AsIter(extras),
+            tagged=beam.pvalue.AsMultiMap(tags),
         )
         assert_that(described, equal_to([
-            (10, "one", ["x", "y"]), (20, "two", ["x", "y"]), (30, "three", ["x", "y"]),
+            (10, "one", ["x", "y"], ["x", "y"], ["first", "odd"]),
+            (20, "two", ["x", "y"], ["x", "y"], ["even"]),
+            (30, "three", ["x", "y"], ["x", "y"], []),
         ]))
 
 

@@ -5,7 +5,8 @@ server keeps them under its staging directory, one folder per job); this module 
 each staged file means for a pipeline that runs in Spark's own Python workers:
 
 * packages: wheels and source distributions (``--extra_package``; named in
-  ``extra_packages.txt``), and the requirements of ``requirements.txt``
+  ``extra_packages.txt``), the user's own package (``--setup_file``: ``workflow.tar.gz``),
+  and the requirements of ``requirements.txt``
   (``--requirements_file``) the server does not already have, from the packages staged with
   them (``--requirements_cache``): installed offline into the job's own site folder, shipped
   zipped, and put on the job's workers' ``sys.path`` (see :mod:`runners.spark.dependencies.packages`
@@ -45,6 +46,8 @@ from runners.spark.dependencies import worker as job_environment
 MAIN_SESSION_FILE = "pickled_main_session"
 #: The listing of ``--extra_package`` files Beam's stager writes.
 EXTRA_PACKAGES_FILE = "extra_packages.txt"
+#: The package Beam's stager builds from ``--setup_file``.
+WORKFLOW_TARBALL = "workflow.tar.gz"
 #: Requirements files end so (``requirements.txt``; see :func:`staged_files`).
 REQUIREMENTS_SUFFIX = "requirements.txt"
 #: The client's environment, listed for information; executors run the server's.
@@ -165,14 +168,17 @@ def ship_to_executors(backend: Backend, files: List[Tuple[str, str]], work_dir: 
 
 
 def _extra_packages(local: dict) -> List[str]:
-    """Staged names of the ``--extra_package`` files (every staged wheel or source
-    distribution when a raw client staged no listing and no requirements)."""
+    """Staged names of the packages to install: the ``--extra_package`` files, and the
+    ``--setup_file`` package (``workflow.tar.gz``, which no listing names; every staged wheel
+    or source distribution when a raw client staged no listing and no requirements)."""
+    workflow = [WORKFLOW_TARBALL] if WORKFLOW_TARBALL in local else []
     listing = local.get(EXTRA_PACKAGES_FILE)
     if listing is not None:
         with open(listing) as names:
-            return [name.strip() for name in names if name.strip() in local]
+            listed = [name.strip() for name in names if name.strip() in local]
+        return listed + [name for name in workflow if name not in listed]
     if any(name.endswith(REQUIREMENTS_SUFFIX) for name in local):
-        return []
+        return workflow
     return [name for name in local if name.endswith(_UNLISTED_PACKAGE_SUFFIXES)]
 
 

@@ -2,7 +2,8 @@
 Job API (``--runner=PortableRunner --job_endpoint=...``), runs on a Spark the server holds.
 
 * :mod:`~runners.spark.job_server.server`: the gRPC server, its command line and its
-  SparkContext (``python -m runners.spark.job_server --port 8099``).
+  Spark: a SparkContext, or a Spark Connect session (``python -m runners.spark.job_server
+  --port 8099 [--spark_remote sc://HOST:PORT]``).
 * :mod:`~runners.spark.job_server.service`: the JobService: jobs, their states, messages
   and metrics; each job runs its pipeline with :class:`runners.spark.SparkRunner`.
 * :mod:`~runners.spark.dependencies.artifacts`: what a job staged, turned into what its tasks
