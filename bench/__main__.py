@@ -22,7 +22,9 @@ imports done, Beam's own caches), unmeasured, before the measured runs. Every an
 warm-up or measured, is compared with a plain Python loop's; any difference fails the run
 (exit status 1) after the table is printed.
 
-Each record is appended to ``bench/results/<timestamp>.jsonl``.
+With ``--repeat N`` each engine runs each workload N times (alternating with the other
+engines: machine noise hits them alike) and the median run is reported. Each record is
+appended to ``bench/results/<timestamp>.jsonl``.
 
 Examples::
 
@@ -59,6 +61,13 @@ def _count(text: str) -> int:
     return int(value)
 
 
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
+    return value
+
+
 def _choices(allowed: tuple) -> Callable[[str], List[str]]:
     def parse(text: str) -> List[str]:
         chosen = [name.strip() for name in text.split(",") if name.strip()]
@@ -85,6 +94,9 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="passed to the SparkRunner as --bundle_size")
     parser.add_argument("--warmup-events", type=_count, default=20_000,
                         help="events of the unmeasured warm-up run per engine (0: none)")
+    parser.add_argument("--repeat", type=_positive, default=1,
+                        help="measured runs per engine and workload; the median run is "
+                             "reported, every run's seconds kept (1)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     return parser.parse_args(argv)
 
@@ -212,6 +224,23 @@ def measure(engines: Engines, engine: str, workload: str, event_set: EventSet,
     }
 
 
+def median_run(records: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The run of median seconds among an engine's runs of a workload, with every run's
+    seconds (``runs_seconds``); the first that failed or disagreed, if one did.
+
+    >>> median_run([{"status": "ok", "agrees": True, "seconds": s} for s in (3, 1, 2)])
+    {'status': 'ok', 'agrees': True, 'seconds': 2, 'runs_seconds': [3, 1, 2]}
+    """
+    for record in records:
+        if record["status"] != "ok" or not record["agrees"]:
+            return record
+    ranked = sorted(records, key=lambda record: record["seconds"])
+    median = dict(ranked[(len(ranked) - 1) // 2])
+    if len(records) > 1:
+        median["runs_seconds"] = [record["seconds"] for record in records]
+    return median
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     arguments = parse_arguments(argv)
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -256,8 +285,12 @@ def _run(arguments: argparse.Namespace, engines: Engines, run_id: str, results_p
                         "agrees": True, "peak_mib": {**peak.result(), "jvm": None,
                                                      "python_workers": None},
                         "note": "computes the reference answer (one core, no engine)"})
+        runs: Dict[str, List[Dict[str, Any]]] = {engine: [] for engine in arguments.only}
+        for _ in range(arguments.repeat):
+            for engine in arguments.only:
+                runs[engine].append(measure(engines, engine, workload, event_set, expected))
         for engine in arguments.only:
-            record = measure(engines, engine, workload, event_set, expected)
+            record = median_run(runs[engine])
             if engine == "spark" and record["status"] == "ok":
                 record["shared_spark_session"] = engines.session_shared
             records.append(record)

@@ -128,15 +128,6 @@ def is_report(record: Any) -> bool:
     return isinstance(record, REPORT_TYPES)
 
 
-def is_elements_of(port: int, record: Any) -> bool:
-    """True for the :class:`Elements` of ``port`` (a filter for one output of a stage)."""
-    return type(record) is Elements and record.port == port
-
-
-def data_of(record: Elements) -> bytes:
-    return record.data
-
-
 def on_port(port: int, data: bytes) -> Elements:
     """Encoded elements re-labelled for the port of the stage that reads them."""
     return Elements(port, data)

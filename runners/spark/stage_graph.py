@@ -17,9 +17,10 @@ Connect), in the plan's topological order, and runs the pass's one Spark job.
   Beam's trigger driver over all of a key's elements; streaming: keyed state kept per
   partition) is the subclass's (:meth:`group_dataset`, :meth:`keyed_stage_dataset`).
 * Reports for the driver (:mod:`runners.spark.records`) travel with the data: a stage read by
-  exactly one reader hands them on to it; a stage read by several is computed once for all
-  of them (:meth:`~runners.spark.backends.base.Backend.compute_once`), and its reports go
-  straight to the pass's job. That job collects the reports of
+  exactly one reader hands them on to it (a stage read only as one side input, to the job
+  that collects that side input); a stage read by several is computed once for all of them
+  (:meth:`~runners.spark.backends.base.Backend.compute_once`), and its reports go straight to
+  the pass's job. That job collects the reports of
   every stage nobody reads (sinks): one Spark job per pass.
 * Side inputs are collected (a Spark job, before their reader is built), laid out per
   window and broadcast (:mod:`runners.spark.side_inputs`).
@@ -46,7 +47,7 @@ from runners.spark.planning import (
     GroupSpec,
     StageSpec,
 )
-from runners.spark.records import Elements, data_of, is_elements_of, is_report, relabel
+from runners.spark.records import Elements, is_report, relabel
 from runners.spark.run_context import RunCancelled, RunContext
 from runners.spark.spark_names import stage_label
 
@@ -83,6 +84,7 @@ class StageGraph:
         self._carriers: Dict[Tuple[str, Any], Tuple[str, Any]] = {}  # producer -> reader
         self._terminals: List[Dataset] = []
         self._computed_once: List[Dataset] = []
+        self._side_reports: List[Any] = []  # what the jobs collecting side inputs brought
         self._stages = {stage.index: stage for stage in self.plan.stages}
         self._side_chunks: Dict[bytes, List[bytes]] = {}
         self._broadcasts: List[Any] = []
@@ -227,14 +229,15 @@ class StageGraph:
                     if ("group", buffer_id) not in self._outputs:
                         self._group(buffer_id)
                 self._terminals.extend(self.extra_terminals())
+                reports = list(self._side_reports)
                 if not self._terminals:
-                    return []
+                    return reports
                 union = self.backend.union(self._terminals)
                 if self.coalesce_terminals:
                     # A Python task costs ~0.1 s however little it does: fewer, fuller tasks.
                     union = union.coalesce(self.context.parallelism)
                 with names.call_site(stage_label(self._terminal_steps)):
-                    return self.context.collect(union)
+                    return reports + self.context.collect(union)
         finally:
             self.release_pass()
 
@@ -242,6 +245,7 @@ class StageGraph:
         for held in self._broadcasts + self._computed_once:
             held.unpersist()
         self._broadcasts, self._terminals, self._computed_once = [], [], []
+        self._side_reports = []
         self._outputs, self._carriers, self._side_chunks = {}, {}, {}
         self._steps, self._terminal_steps = {}, []
 
@@ -327,13 +331,16 @@ class StageGraph:
         self._hand_on(("group", buffer_id))
 
     def _hand_on(self, producer: Tuple[str, Any]) -> None:
-        """Decide where the producer's reports go: on with its only data reader, or (read by
-        several, or only as a side input, or by nobody) straight to the pass's job.
+        """Decide where the producer's reports go: on with its only reader (the job that
+        collects a side input, when that is all that reads it), or (read by several, or by
+        nobody) straight to the pass's job.
 
-        An output read several times is computed once for all of its readers (and jobs)."""
+        An output read several times is computed once for all of its readers (and jobs);
+        one read only as one side input is computed by the job that collects it, once:
+        nothing reads it again."""
         readers = self.pass_plan.readers.get(producer, [])
         output = self._outputs[producer]
-        if len(readers) == 1 and readers[0][0] != "side":
+        if len(set(readers)) == 1 and (len(readers) == 1 or readers[0][0] == "side"):
             self._carriers[producer] = readers[0]
             return
         if readers:
@@ -348,12 +355,13 @@ class StageGraph:
 
     # ----- side inputs
     def buffer_chunks(self, buffer_id: bytes) -> Dataset:
-        """The encoded element chunks a buffer received in this pass (no reports)."""
-        parts = self._buffer_parts(buffer_id, 0, ("side", buffer_id))
-        return self._union(parts).filter(functools.partial(is_elements_of, 0)).map(data_of)
+        """What a buffer received in this pass, as a side input reads it: ``Elements`` on
+        port 0, and the reports of a producer that only this side input reads."""
+        return self._union(self._buffer_parts(buffer_id, 0, ("side", buffer_id)))
 
     def collect_buffers(self, buffer_ids: List[bytes]) -> Dict[bytes, List[bytes]]:
-        """The chunks of these buffers in this pass, collected in one Spark job."""
+        """The chunks of these buffers in this pass, collected in one Spark job (the reports
+        that come with them are kept for the pass's result)."""
         wanted = sorted(set(buffer_ids))
         collected: Dict[bytes, List[bytes]] = {buffer_id: [] for buffer_id in wanted}
         if not wanted:
@@ -364,8 +372,11 @@ class StageGraph:
         steps = [step for buffer_id in wanted for producer in self._producers(buffer_id)
                  for step in self._steps.get(producer, ())]
         with self.context.names.job("collect side inputs", steps):
-            for position, chunk in self.context.collect(union):
-                collected[wanted[position]].append(chunk)
+            for item in self.context.collect(union):
+                if is_report(item):
+                    self._side_reports.append(item)
+                else:
+                    collected[wanted[item[0]]].append(item[1])
         return collected
 
     def side_input_table(self, stage: StageSpec) -> Any:
@@ -385,8 +396,9 @@ class StageGraph:
         return broadcast
 
 
-def on_position(position: int, chunk: bytes) -> Tuple[int, bytes]:
-    return position, chunk
+def on_position(position: int, record: Any) -> Any:
+    """``(position, encoded chunk)`` for the ``Elements`` of a side input; a report as it is."""
+    return (position, record.data) if type(record) is Elements else record
 
 
 def _wanted(ports: frozenset, with_reports: bool, record: Any) -> bool:

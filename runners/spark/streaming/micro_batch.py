@@ -293,7 +293,7 @@ class RoundGraph(StageGraph):
     def extra_terminals(self) -> List[Dataset]:
         """What side inputs received in this round without a reader running: to the driver,
         with the job's reports."""
-        return [self.buffer_chunks(buffer_id).map(functools.partial(SideInputChunk, buffer_id))
+        return [self.buffer_chunks(buffer_id).map(functools.partial(side_input_chunk, buffer_id))
                 for buffer_id in self.side_buffers_to_keep()
                 if buffer_id in self.pass_plan.live and buffer_id not in self._side_collected]
 
@@ -403,6 +403,11 @@ class RoundGraph(StageGraph):
                 self.state.side_inputs.add_chunks(
                     report.buffer_id, [report.data], self.components, spec.coder_id,
                     side_input_lateness(self.plan, report.buffer_id))
+
+
+def side_input_chunk(buffer_id: bytes, record: Any) -> Any:
+    """The ``Elements`` a side input received, for the driver to keep; a report as it is."""
+    return SideInputChunk(buffer_id, record.data) if type(record) is Elements else record
 
 
 def side_input_lateness(plan: Any, buffer_id: bytes) -> Duration:
