@@ -43,12 +43,11 @@ from runners.spark.bundles import process_partition
 from runners.spark.planning import (
     RESHUFFLE_STAGE,
     TEST_STREAM_STAGE,
-    ExecutionPlan,
     GroupSpec,
     StageSpec,
 )
 from runners.spark.records import Elements, is_report, relabel
-from runners.spark.run_context import RunCancelled, RunContext
+from runners.spark.run_context import RunContext
 from runners.spark.spark_names import stage_label
 
 @dataclasses.dataclass

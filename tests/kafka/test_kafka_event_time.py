@@ -11,7 +11,7 @@ from apache_beam.transforms import trigger
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 
 from kafka_fixtures import bootstrap_servers, equal_to_any_order, kafka, kafka_broker  # noqa: F401
-from transforms.kafka import KafkaDeadLetter, ReadFromKafka, json_value, utf8
+from transforms.kafka import ReadFromKafka, json_value, utf8
 from transforms.kafka.watermark import PartitionWatermarkEstimator, PartitionWatermarkEstimatorProvider
 from triggers.panes import ON_TIME, DescribePanes, pane_record
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
-from typing import List
 
 import pytest
 

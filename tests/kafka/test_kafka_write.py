@@ -23,7 +23,6 @@ from transforms.kafka import (
     WriteToKafka,
     json_bytes,
     json_value,
-    utf8,
 )
 
 

@@ -304,12 +304,16 @@ class ConnectBackend(Backend):
             return ConnectBroadcast(value, pickled, None)
         digest = hashlib.sha256(pickled).hexdigest()
         name = f"beam-broadcast-{digest[:32]}.pickle"
-        path = os.path.join(tempfile.gettempdir(), name)
-        if not os.path.exists(path):
-            with tempfile.NamedTemporaryFile(dir=tempfile.gettempdir(), delete=False) as file:
-                file.write(pickled)
-            os.replace(file.name, path)
-        self._add_artifact(path, file=True)
+        with self._artifacts_lock:
+            shipped = name in self._artifacts
+        if not shipped:
+            # The client uploads the file's bytes within addArtifacts: the copy on the
+            # driver's disk is not needed after it.
+            with tempfile.TemporaryDirectory(prefix="beam-broadcast-") as folder:
+                path = os.path.join(folder, name)
+                with open(path, "wb") as file:
+                    file.write(pickled)
+                self._add_artifact(path, file=True)
         return ConnectBroadcast(value, pickled, name)
 
     def run_metrics(self) -> RunMetrics:

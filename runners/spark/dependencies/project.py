@@ -25,11 +25,13 @@ True
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import io
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import zipfile
@@ -43,6 +45,7 @@ PROJECT_PACKAGES = ("runners", "transforms", "triggers", "pipelines", "services"
 _SKIPPED_SUFFIXES = (".pyc", ".pyo")
 _LOCK = threading.Lock()
 _ARCHIVES: Dict[str, str] = {}  # content digest -> archive path
+_FOLDER: List[str] = []  # this process's folder of archives, removed when it exits
 _SHIPPED: Dict[int, str] = {}  # id(SparkContext) -> archive name shipped to it
 
 
@@ -70,6 +73,15 @@ def _project_files() -> List[Tuple[str, str]]:
     return files
 
 
+def _archive_folder() -> str:
+    """This process's folder for archives: a SparkContext serves an added file from its path
+    for as long as it runs, so the folder lives until the process exits."""
+    if not _FOLDER or not os.path.isdir(_FOLDER[0]):
+        _FOLDER[:] = [tempfile.mkdtemp(prefix="beam-spark-project-")]
+        atexit.register(shutil.rmtree, _FOLDER[0], True)
+    return _FOLDER[0]
+
+
 def project_archive() -> str:
     """The path of a zip of the project's packages as this process has them (made once per
     content)."""
@@ -85,7 +97,7 @@ def project_archive() -> str:
     with _LOCK:
         path = _ARCHIVES.get(name)
         if path is None or not os.path.exists(path):
-            path = os.path.join(tempfile.mkdtemp(prefix="beam-spark-project-"), name)
+            path = os.path.join(_archive_folder(), name)
             with open(path, "wb") as file:
                 file.write(content)
             _ARCHIVES[name] = path
