@@ -27,8 +27,9 @@ their original key and bytes, and the reason and origin as headers, ready to be 
 from __future__ import annotations
 
 import json
+import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -55,6 +56,18 @@ FLUSH_TIMEOUT_SECONDS = 120.0
 #: A flush that has not finished after this many seconds checks that a broker still accepts
 #: connections: one that went away in the middle of a bundle is then waited for, and said so.
 FLUSH_CHECK_SECONDS = 2.0
+
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class _Send(NamedTuple):
+    """One record of the bundle handed to the producer, and what became of it."""
+    future: Any
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Optional[list]
+    timestamp_ms: Optional[int]
 
 
 def to_bytes(data: Any) -> Optional[bytes]:
@@ -180,11 +193,14 @@ class _WriteFn(beam.DoFn):
         timestamp_ms = None
         if self._use_event_time and MIN_TIMESTAMP < timestamp < MAX_TIMESTAMP and timestamp.micros >= 0:
             timestamp_ms = timestamp.micros // 1000
-        future = self._producer.send(
-            self._topic, key=key, value=value, headers=headers, timestamp_ms=timestamp_ms)
-        self._pending.append(future)
+        self._send(key, value, headers, timestamp_ms)
         if len(self._pending) >= 10000:
             self._settle()
+
+    def _send(self, key, value, headers, timestamp_ms) -> None:
+        future = self._producer.send(
+            self._topic, key=key, value=value, headers=headers, timestamp_ms=timestamp_ms)
+        self._pending.append(_Send(future, key, value, headers, timestamp_ms))
 
     def _settle(self) -> None:
         """Flush and check every send of this bundle; raise the first failure."""
@@ -193,8 +209,9 @@ class _WriteFn(beam.DoFn):
         pending, self._pending = self._pending, []
         try:
             self._flush()
-            for future in pending:
-                future.get(timeout=FLUSH_TIMEOUT_SECONDS)
+            rejected = self._rejected_sequences(pending)
+            if rejected:
+                self._send_again(rejected)
         except KafkaError as error:
             raise RuntimeError(
                 f"WriteToKafka could not write to topic {self._topic!r} at "
@@ -202,6 +219,38 @@ class _WriteFn(beam.DoFn):
                 "and is retried; no record is dropped."
             ) from error
         self._written.inc(len(pending))
+
+    def _rejected_sequences(self, pending: List[_Send]) -> List[_Send]:
+        """Wait for every send; return those a broker rejected for their idempotent sequence
+        number (a broker restarted without the producer's state refuses the sequence after
+        the last it kept: those records were not written). Raise any other failure."""
+        from kafka.errors import OutOfOrderSequenceNumberError, UnknownProducerIdError
+
+        rejected = []
+        for send in pending:
+            try:
+                send.future.get(timeout=FLUSH_TIMEOUT_SECONDS)
+            except (OutOfOrderSequenceNumberError, UnknownProducerIdError):
+                if self._transaction is not None:
+                    raise  # the transaction aborts; the bundle is retried whole
+                rejected.append(send)
+        return rejected
+
+    def _send_again(self, rejected: List[_Send]) -> None:
+        """Send the rejected records once more with a new producer (a new producer id, whose
+        sequence starts again); a second failure fails the bundle."""
+        _LOGGER.warning(
+            "WriteToKafka: a broker of %s rejected %d record(s) of the bundle for their "
+            "producer sequence number (it restarted without the producer's state); they were "
+            "not written and are sent again with a new producer", self._topic, len(rejected))
+        self._close()
+        self._open()
+        for send in rejected:
+            self._send(send.key, send.value, send.headers, send.timestamp_ms)
+        again, self._pending = self._pending, []
+        self._flush()
+        for send in again:
+            send.future.get(timeout=FLUSH_TIMEOUT_SECONDS)
 
     def _flush(self) -> None:
         """Flush the producer; while records are in flight and no broker accepts a connection,
