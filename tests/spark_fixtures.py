@@ -19,6 +19,8 @@ from typing import Any, Dict
 
 import pytest
 
+from project import QUICK_JVM
+
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 #: tests/ and its area folders (tests/model, tests/streaming, ...).
 TEST_FOLDERS = [_TESTS] + sorted(
@@ -42,6 +44,7 @@ SPARK_TEST_SETTINGS: Dict[str, str] = {
     # DoFns defined in test modules are pickled by reference (a test module is imported by
     # its bare name from its area's folder): workers must import every test folder.
     "spark.executorEnv.PYTHONPATH": os.pathsep.join(TEST_FOLDERS),
+    "spark.driver.extraJavaOptions": QUICK_JVM,
 }
 
 @functools.lru_cache(maxsize=None)

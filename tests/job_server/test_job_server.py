@@ -31,7 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 from apache_beam.runners.runner import PipelineState
 
-from project import REPO
+from project import QUICK_JVM_OPTIONS, REPO
 
 PROJECT_ROOT = str(REPO)
 JobState = beam_job_api_pb2.JobState
@@ -40,7 +40,8 @@ pytestmark = pytest.mark.timeout(900)
 
 
 #: The server's Spark: a SparkContext of its own on local[2].
-LOCAL_SPARK = ("--spark_master_url", "local[2]", "--spark_conf", "spark.default.parallelism=2")
+LOCAL_SPARK = ("--spark_master_url", "local[2]", "--spark_conf", "spark.default.parallelism=2",
+               *QUICK_JVM_OPTIONS)
 
 
 @contextlib.contextmanager

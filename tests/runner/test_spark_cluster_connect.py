@@ -21,6 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from cluster_fixtures import CLUSTER_MARKS
 from connect_fixtures import no_classic_spark  # noqa: F401 (fixture)
+from project import QUICK_JVM
 from runners.spark import SparkRunner
 from services.connect_server import ConnectServer
 
@@ -29,7 +30,8 @@ pytestmark = CLUSTER_MARKS
 
 @pytest.fixture(scope="module")
 def cluster_connect_server(two_workers, tmp_path_factory):
-    settings = two_workers.driver_conf()
+    settings = {**two_workers.driver_conf(), "spark.driver.extraJavaOptions": QUICK_JVM,
+                "spark.executor.extraJavaOptions": QUICK_JVM}
     master = settings.pop("spark.master")
     with ConnectServer(state_dir=tmp_path_factory.mktemp("cluster-connect"), master=master,
                        conf=settings, daemon_module=None) as server:

@@ -1,0 +1,123 @@
+"""What ``make test`` runs, and what it leaves to targets of their own.
+
+``make test`` must stay within 15 minutes on a fresh clone of a 2-core machine: it runs the
+*core* suite (``BEAM_TEST_SCOPE=core``). A test outside it is marked ``extended`` and runs in
+``make test-all`` (every test, the default of a bare ``pytest``), ``make test-extended``
+(only those), and its area's target (``make test-kafka``, ``make test-connect``,
+``make test-faults``). Left out of the core suite, each for a stated reason:
+
+* the Kafka tests on the second embedded broker (``tansu``): the connector's code is the
+  same on both, and the core suite runs every Kafka test on ``noida``;
+* the Spark Connect runs of the tests outside ``tests/model``: every model test runs on
+  Connect in the core suite, with Connect's own tests; the runner's and the jobs' tests
+  exercise the same backend again;
+* the DirectRunner runs of the tests outside ``tests/model``: Beam's own runner at a pinned
+  version, the reference every model test is compared with in the core suite;
+* the tests of :data:`EXTENDED`, each with why it can wait.
+
+Fault tests (a process killed or restarted, nothing lost or doubled) are also marked
+``faults`` (:data:`FAULTS`): ``make test-faults`` runs all of them; the core suite keeps a
+worker lost under a keyed streaming job on the cluster, and a broker gone in the middle of a
+Kafka write or restarted between a write and a read.
+
+>>> is_extended("kafka/test_kafka_read.py::test_x[tansu-SparkRunner]", "kafka", "SparkRunner",
+...             "tansu")
+'the second embedded broker'
+>>> is_extended("model/test_windows.py::test_x[DirectRunner]", "model", "DirectRunner", None)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+#: Node-id prefixes (relative to tests/) of tests outside the core suite, and why.
+EXTENDED: Dict[str, str] = {
+    "runner/test_spark_cluster_streaming.py::test_a_job_killed_and_restarted_from_a_checkpoint"
+    "_on_s3": "a driver killed on the cluster and resumed from S3 (110 s); the core suite "
+              "loses a cluster worker",
+    "runner/test_spark_cluster_streaming.py::test_a_lost_worker_under_an_exactly_once_kafka":
+        "a worker lost under exactly-once Kafka (90 s); the core suite loses a worker under "
+        "keyed state and writes exactly-once to Kafka",
+    "kafka/test_kafka_restart.py::": "a Kafka job's driver killed and resumed, exactly-once "
+                                     "and at-least-once (55-60 s each)",
+    "kafka/test_kafka_drain.py::": "a drain of a Kafka job and its restart (55 s); the core "
+                                   "suite drains a job on SIGTERM",
+    "kafka/test_kafka_tls.py::test_team_scores_over_tls": "a whole job over mutual TLS (60 s); "
+        "the core suite keeps the TLS handshake and refusal tests",
+    "kafka/test_kafka_faults.py::": "a Python worker and a broker killed under a streaming job "
+                                    "(70 s)",
+    "streaming/test_spark_streaming_checkpoint.py::test_killed_driver_resumes": "a killed "
+        "driver resumed from its local checkpoint (35 s); the core suite restarts drivers from "
+        "checkpoints without a kill",
+    "streaming/test_compact_rounds.py::": "the streaming model proofs again, with every round "
+                                          "as Spark stages (45 s)",
+    "runner/test_spark_connect.py::test_a_server_whose_workers_lack_beam": "a Connect server "
+        "of its own to be refused (35 s); the probe's other refusals are unit-tested",
+    "runner/test_spark_cluster_streaming.py::test_executors_without_the_project": "a user's "
+        "package installed on cluster executors that lack the project (35 s); the core suite "
+        "ships the project to the cluster and a package to a Connect server",
+    "pipelines/test_make_run.py::test_ctrl_c_stops": "the live demo interrupted (20 s); the "
+        "core suite runs it to its end",
+}
+
+#: Node-id prefixes of the tests that kill or restart a process (marker ``faults``).
+FAULTS: Tuple[str, ...] = (
+    "runner/test_spark_cluster_streaming.py::test_a_job_killed_and_restarted",
+    "runner/test_spark_cluster_streaming.py::test_a_lost_worker_under",
+    "runner/test_spark_cluster_streaming.py::test_a_keyed_streaming_job_keeps_its_stores_and"
+    "_survives_a_lost_worker",
+    "kafka/test_kafka_restart.py::",
+    "kafka/test_kafka_faults.py::",
+    "kafka/test_kafka_write.py::test_a_broker_gone_in_the_middle_of_a_bundle",
+    "kafka/test_kafka_recovery.py::test_records_written_across_a_broker_restart",
+    "streaming/test_spark_streaming_checkpoint.py::test_killed_driver_resumes",
+)
+
+
+def scope() -> str:
+    """``core`` (``make test``) or ``all`` (every test: a bare ``pytest``)."""
+    value = os.environ.get("BEAM_TEST_SCOPE", "all")
+    if value not in ("core", "all"):
+        raise pytest.UsageError(f"BEAM_TEST_SCOPE={value!r}: use core or all")
+    return value
+
+
+def is_extended(node: str, area: Optional[str], runner: Optional[str],
+                broker: Optional[str]) -> Optional[str]:
+    """Why the test ``node`` (its id relative to tests/) is outside the core suite, or None."""
+    if broker == "tansu":
+        return "the second embedded broker"
+    if runner == "SparkConnect" and area != "model":
+        return "a Spark Connect run outside tests/model"
+    if runner == "DirectRunner" and area != "model":
+        return "a DirectRunner run outside tests/model"
+    for prefix, reason in EXTENDED.items():
+        if node.startswith(prefix):
+            return reason
+    return None
+
+
+#: The node ids (relative to tests/) this process collected, before any was deselected.
+COLLECTED: List[str] = []
+
+
+def select(config, items, area_of) -> None:
+    """Mark ``extended`` and ``faults`` tests; in the core scope, deselect the extended."""
+    core, kept, left_out = scope() == "core", [], []
+    COLLECTED[:] = [item.nodeid.split("tests/", 1)[-1] for item in items]
+    for item in items:
+        node = item.nodeid.split("tests/", 1)[-1]
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if node.startswith(FAULTS):
+            item.add_marker(pytest.mark.faults)
+        reason = is_extended(node, area_of(item.path), params.get("runner_name"),
+                             params.get("kafka_broker_kind"))
+        if reason is not None:
+            item.add_marker(pytest.mark.extended(reason=reason))
+        (left_out if core and reason is not None else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
