@@ -54,6 +54,23 @@ def _word_counts(pipeline, lines):
             | beam.Reshuffle())
 
 
+def test_relative_paths_mean_the_drivers_working_directory(spark_connect, tmp_path,
+                                                           monkeypatch):
+    """A Connect worker runs in its session's own folder on the server: with a server that
+    sees the driver's files, a relative input and output resolve where the driver runs (a
+    README example read nothing and wrote its counts into the session's folder before)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("a b\nb\n")
+    with beam.Pipeline(runner=SparkRunner(spark_connect)) as pipeline:
+        _ = (pipeline | beam.io.ReadFromText("in.txt") | beam.FlatMap(str.split)
+             | beam.combiners.Count.PerElement() | beam.MapTuple("{}: {}".format)
+             | beam.io.WriteToText("out/counts"))
+    written = sorted((tmp_path / "out").glob("counts*"))
+    assert written, sorted(str(path) for path in tmp_path.rglob("*"))
+    assert sorted(line for path in written for line in path.read_text().splitlines()) == [
+        "a: 1", "b: 2"]
+
+
 def test_a_pipeline_runs_on_a_connect_session_with_classic_spark_unusable(spark_connect):
     from pyspark import SparkContext
 

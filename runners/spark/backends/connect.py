@@ -157,7 +157,9 @@ class ConnectDataset(Dataset):
         return self._apply(RecordsWriter(self.backend.binary), RECORDS_SCHEMA)
 
     def _apply(self, writer: Callable[[Iterable[Any]], Iterator[Any]], schema: StructType) -> Any:
-        return self._frame.mapInArrow(PartitionTask(self._reader, self._steps, writer), schema)
+        task = PartitionTask(self._reader, self._steps, writer,
+                             os.getcwd() if self.backend.facts.sees_driver_files else None)
+        return self._frame.mapInArrow(task, schema)
 
     def unpersist(self) -> None:
         if self._persisted:

@@ -9,6 +9,12 @@ What the runner needs of the server and of its Python workers, asked with one sm
   cross between them), and that import the project's packages (shipped as an artifact just
   before; Beam and the project's other third-party dependencies must be installed there).
 
+The same query asks whether the workers see the driver's working directory (a server on
+this host, or a folder they share). Then tasks run there, and a relative path in a pipeline
+(``--output counts``) means what it means to the driver, as on classic Spark's local
+master; else a worker runs in its session's own folder on the server, gone with the
+session, and the runner says so once.
+
 A session that fails is refused with :class:`ConnectSessionError`, naming what is missing
 and what to do. The facts the runner uses later come back as :class:`SessionFacts`.
 
@@ -21,6 +27,8 @@ and what to do. The facts the runner uses later come back as :class:`SessionFact
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 import pickle
 import re
 import sys
@@ -32,6 +40,7 @@ import apache_beam
 MINIMUM_SERVER = (4, 1)
 _SPLITS = re.compile(r"splits=(\d+)")
 _ARROW_LARGE_TYPES = "spark.sql.execution.arrow.useLargeVarTypes"
+_LOGGER = logging.getLogger(__name__)
 
 
 class ConnectSessionError(RuntimeError):
@@ -47,6 +56,7 @@ class SessionFacts:
     single_executor: bool = False  # a local master: every task on one executor
     large_binary: bool = False  # Arrow batches carry binary columns as large_binary
     workers: Dict[str, str] = dataclasses.field(default_factory=dict)  # the probe's answer
+    sees_driver_files: bool = False  # the workers see the driver's working directory
 
 
 def server_version(text: str) -> Tuple[int, int]:
@@ -80,18 +90,27 @@ def check_session(session: Any, where: str) -> SessionFacts:
     facts.single_executor = master == "local" or master.startswith("local[")
     facts.default_parallelism = splits_of(
         session.range(0, 1)._explain_string(extended=False)) or 2
-    facts.workers = _probe(session, facts.large_binary, where)
+    directory = os.getcwd()
+    facts.workers = _probe(session, facts.large_binary, where, directory)
     _check_workers(facts.workers, where)
+    facts.sees_driver_files = facts.workers.get("sees_directory") == "yes"
+    if not facts.sees_driver_files:
+        _LOGGER.warning(
+            "%s: its Python workers do not see this driver's working directory (%s): a "
+            "relative file path in a pipeline (an input, an --output) resolves in the "
+            "session's own folder on the server and is gone with the session; give absolute "
+            "paths on storage the workers share, or URLs (s3://...)", where, directory)
     return facts
 
 
-def _probe(session: Any, large_binary: bool, where: str) -> Dict[str, str]:
+def _probe(session: Any, large_binary: bool, where: str, directory: str) -> Dict[str, str]:
     """One task that reports what its Python worker has (pickled by value: it must run
     where the project is not importable, to say so)."""
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     def probe(batches: Any) -> Any:
         import importlib
+        import os
         import pickle
         import sys
 
@@ -99,7 +118,8 @@ def _probe(session: Any, large_binary: bool, where: str) -> Dict[str, str]:
 
         for _ in batches:
             pass
-        found = {"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable}
+        found = {"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
+                 "sees_directory": "yes" if os.path.isdir(directory) else "no"}
         for module in ("apache_beam", "pyspark", "runners.spark.bundles"):
             try:
                 found[module] = getattr(importlib.import_module(module), "__version__", "yes")

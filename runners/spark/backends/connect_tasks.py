@@ -20,6 +20,7 @@ Everything here pickles by reference to this module, which Spark's Python worker
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -108,15 +109,23 @@ class PartitionTask:
     """What ``mapInArrow`` runs for one partition: read, apply the steps in order, write."""
 
     def __init__(self, reader: Reader, steps: Tuple[Step, ...],
-                 writer: Callable[[Iterable[Any]], Iterator[pa.RecordBatch]]) -> None:
+                 writer: Callable[[Iterable[Any]], Iterator[pa.RecordBatch]],
+                 working_directory: Optional[str] = None) -> None:
         self.reader = reader
         self.steps = steps
         self.writer = writer
+        # The driver's, when the workers see it: relative paths (a sink's output, a source's
+        # files) then mean there what they mean to the driver, as on classic Spark's local
+        # master. A Connect worker otherwise runs in its session's own folder on the server.
+        self.working_directory = working_directory
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        return self.run(TaskContext.get().partitionId(), batches)
+        index = TaskContext.get().partitionId()
+        if self.working_directory is None or not os.path.isdir(self.working_directory):
+            return self.run(index, batches)
+        return _in_directory(self.working_directory, lambda: self.run(index, batches))
 
     def run(self, index: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The task over ``batches``; ``index`` is the task's partition (a hint for the
@@ -126,6 +135,17 @@ class PartitionTask:
         for with_index, function in self.steps:
             records = function(index, records) if with_index else function(records)
         return self.writer(records)
+
+
+def _in_directory(directory: str, produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+    """``produce()``'s items, made with ``directory`` as the working directory (the worker's
+    own is back once the task is done: the worker process serves later tasks)."""
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield from produce()
+    finally:
+        os.chdir(previous)
 
 
 # ----- from the driver, and back
