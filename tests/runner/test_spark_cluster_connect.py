@@ -48,10 +48,11 @@ def test_a_batch_pipeline_runs_on_a_connect_server_of_the_cluster(
             self.where = Metrics.string_set("cluster", "worker_directories")
 
         def process(self, word):
-            import os
+            from pyspark import SparkFiles
 
-            # An executor's working directory is in its worker's own directory.
-            self.where.add(os.getcwd().split("/work/")[0])
+            # An executor's files are in its worker's own directory (the task's working
+            # directory is the driver's: the workers see it, being on this host).
+            self.where.add(SparkFiles.getRootDirectory().split("/work/")[0])
             yield word[0], 1
 
     output = shared_dir / "counts"
