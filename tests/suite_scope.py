@@ -59,8 +59,13 @@ EXTENDED: Dict[str, str] = {
     "runner/test_spark_cluster_streaming.py::test_executors_without_the_project": "a user's "
         "package installed on cluster executors that lack the project (35 s); the core suite "
         "ships the project to the cluster and a package to a Connect server",
-    "pipelines/test_make_run.py::test_ctrl_c_stops": "the live demo interrupted (20 s); the "
-        "core suite runs it to its end",
+    "pipelines/test_make_run.py::": "the live demo end to end, run out and interrupted (50 s "
+        "and 20 s): the core suite runs its parts (team_scores on Kafka in streaming, the "
+        "leaderboard, the pictures)",
+    "pipelines/test_cli.py::test_team_scores_replayed_to_files": "team_scores replayed in "
+        "streaming to files (15 s); the core suite replays it to the terminal",
+    "pipelines/test_plots.py::test_team_scores_plot_option": "team_scores drawing its "
+        "pictures (12 s); the core suite draws them from a real run's panes",
 }
 
 #: Node-id prefixes of the tests that kill or restart a process (marker ``faults``).
