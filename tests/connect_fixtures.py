@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import shutil
 import tempfile
 from typing import Any, Dict
 
@@ -48,9 +49,10 @@ def shared_connect_server() -> Any:
     """The test process's Connect server (started once, stopped at exit)."""
     from services.connect_server import ConnectServer
 
-    server = ConnectServer(state_dir=tempfile.mkdtemp(prefix="beam-test-connect-"),
-                           master="local[2]", conf=CONNECT_TEST_SETTINGS,
+    state_dir = tempfile.mkdtemp(prefix="beam-test-connect-")
+    server = ConnectServer(state_dir=state_dir, master="local[2]", conf=CONNECT_TEST_SETTINGS,
                            python_path=os.pathsep.join(TEST_FOLDERS))
+    atexit.register(shutil.rmtree, state_dir, True)  # after the server stops (atexit: LIFO)
     server.start()
     atexit.register(server.stop)
     return server
