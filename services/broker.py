@@ -49,7 +49,9 @@ from services.processes import (
     LOOPBACK,
     STOP_GRACE_SECONDS,
     free_loopback_port,
+    log_tail,
     process_alive,
+    start_logged,
     terminate,
 )
 from services.state_file import StateFile, runs_command
@@ -193,11 +195,7 @@ class EmbeddedBroker:
         os.makedirs(self.data_dir, exist_ok=True)
         if self.log_path is None:
             self.log_path = os.path.join(self.data_dir, "broker.log")
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(
-                self._command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=self.detach,
-            )
+        self._process = start_logged(self._command(), self.log_path, detach=self.detach)
         self.pid = self._process.pid
         try:
             return self._wait_until_ready()
@@ -211,7 +209,7 @@ class EmbeddedBroker:
             if not self.running():
                 raise BrokerError(
                     f"the {self.kind} broker exited during start-up (port {self.port} may be "
-                    f"taken by another process); log {self.log_path}:\n{self._log_tail()}"
+                    f"taken by another process); log {self.log_path}:\n{log_tail(self.log_path, 20)}"
                 )
             if broker_answers(self.bootstrap_servers, client_config=self.client_config):
                 # Answered: make sure it was our process that answered, not a port squatter.
@@ -222,7 +220,7 @@ class EmbeddedBroker:
                 raise BrokerError(
                     f"the {self.kind} broker did not answer an admin request on "
                     f"{self.bootstrap_servers} within {READY_TIMEOUT_SECONDS:.0f} s; "
-                    f"log {self.log_path}:\n{self._log_tail()}"
+                    f"log {self.log_path}:\n{log_tail(self.log_path, 20)}"
                 )
             time.sleep(0.1)
 
@@ -249,12 +247,6 @@ class EmbeddedBroker:
         """Stop and start again on the same port and data directory."""
         self.stop(remove_data=False)
         return self.start()
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
-        except (OSError, TypeError):
-            return "(no log)"
 
     def __enter__(self) -> "EmbeddedBroker":
         return self.start()

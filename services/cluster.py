@@ -62,7 +62,10 @@ from services.processes import (
     STOP_GRACE_SECONDS,
     descendants,
     free_loopback_port,
+    log_tail,
     process_alive,
+    process_tree,
+    start_logged,
     terminate,
 )
 from services.state_file import StateFile, runs_command
@@ -111,13 +114,6 @@ def master_status(web_ui_url: str, timeout: float = 2.0) -> Optional[Dict[str, A
             return json.loads(response.read().decode())
     except (urllib.error.URLError, OSError, ValueError):
         return None
-
-
-def _log_tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 class StandaloneCluster:
@@ -257,17 +253,8 @@ class StandaloneCluster:
 
     def _launch(self, role: str, main_class: str, arguments: List[str]) -> int:
         log_path = self.state_dir / "logs" / f"{role}.log"
-        with open(log_path, "ab") as log:
-            popen = subprocess.Popen(
-                self._command(role, main_class, arguments),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._environment(role),
-                cwd=self.state_dir,
-                # Own session: a Ctrl-C in the shell that ran `start` must not stop the cluster.
-                start_new_session=True,
-            )
+        popen = start_logged(self._command(role, main_class, arguments), log_path,
+                             env=self._environment(role), cwd=self.state_dir)
         self._popens[popen.pid] = popen
         self.pids[role] = popen.pid
         return popen.pid
@@ -280,7 +267,7 @@ class StandaloneCluster:
                     log = self.state_dir / "logs" / f"{name}.log"
                     raise ClusterError(
                         f"Spark {name} exited with code {popen.returncode} while waiting for "
-                        f"{what}; last lines of {log}:\n{_log_tail(log)}"
+                        f"{what}; last lines of {log}:\n{log_tail(log, 25)}"
                     )
             status = master_status(self.web_ui_url)
             if status is not None and condition(status):
@@ -289,7 +276,7 @@ class StandaloneCluster:
         log = self.state_dir / "logs" / f"{role}.log"
         raise ClusterError(
             f"timed out after {self.start_timeout:.0f}s waiting for {what}; "
-            f"last lines of {log}:\n{_log_tail(log)}"
+            f"last lines of {log}:\n{log_tail(log, 25)}"
         )
 
     def start(self) -> "StandaloneCluster":
@@ -419,10 +406,7 @@ class StandaloneCluster:
 
     def worker_processes(self, index: int) -> List[int]:
         """PIDs of worker ``index`` and everything below it (executors, Python workers)."""
-        pid = self.pids.get(f"worker-{index}")
-        if not pid or not process_alive(pid):
-            return []
-        return [pid] + [child for child in descendants([pid]) if process_alive(child)]
+        return process_tree(self.pids.get(f"worker-{index}"))
 
     def kill_worker(self, index: int) -> List[int]:
         """Take worker ``index`` away as a lost host goes: SIGKILL to the worker, its

@@ -45,7 +45,10 @@ from services.processes import (
     STOP_GRACE_SECONDS,
     descendants,
     free_loopback_port,
+    log_tail,
     process_alive,
+    process_tree,
+    start_logged,
     terminate,
 )
 from services.state_file import StateFile, runs_command
@@ -61,13 +64,6 @@ _CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 
 class ConnectServerError(RuntimeError):
     """The server could not be started or reached; the message says why."""
-
-
-def _log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 class ConnectServer:
@@ -169,12 +165,8 @@ class ConnectServer:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.port, self.ui_port = free_loopback_port(), free_loopback_port()
         began = time.monotonic()
-        with open(self.log_path, "ab") as log:
-            self._popen = subprocess.Popen(
-                self._command(), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=self._environment(), cwd=self.state_dir,
-                # Own session: a Ctrl-C in the shell that ran `start` must not stop it.
-                start_new_session=True)
+        self._popen = start_logged(self._command(), self.log_path, env=self._environment(),
+                                   cwd=self.state_dir)
         self.pid = self._popen.pid
         try:
             self._wait_until_listening(began + self.start_timeout)
@@ -195,14 +187,14 @@ class ConnectServer:
                 raise ConnectServerError(
                     f"the Spark Connect server exited with code {self._popen.returncode} "
                     f"while starting; last lines of {self.log_path}:\n"
-                    f"{_log_tail(self.log_path)}")
+                    f"{log_tail(self.log_path, 30)}")
             if expected in self.log_path.read_text(errors="replace"):
                 return
             time.sleep(0.2)
         raise ConnectServerError(
             f"the Spark Connect server did not listen on {LOOPBACK}:{self.port} within "
             f"{self.start_timeout:.0f} s; last lines of {self.log_path}:\n"
-            f"{_log_tail(self.log_path)}")
+            f"{log_tail(self.log_path, 30)}")
 
     def session(self) -> Any:
         """A new client session on this server. PySpark marks the whole process as a Spark
@@ -219,9 +211,7 @@ class ConnectServer:
 
     def processes(self) -> List[int]:
         """The server's PID and every process below it (Python workers, their daemon)."""
-        if not self.pid or not process_alive(self.pid):
-            return []
-        return [self.pid] + [child for child in descendants([self.pid]) if process_alive(child)]
+        return process_tree(self.pid)
 
     def stop(self, grace_seconds: float = STOP_GRACE_SECONDS) -> None:
         """Stop the server and what it started; remove the state file."""

@@ -1,5 +1,6 @@
-"""Processes the project starts itself (the embedded broker, a Spark standalone cluster):
-free loopback ports, liveness, and stopping by PID, never by name.
+"""Processes the project starts itself (the embedded broker, a Spark standalone cluster, a
+Spark Connect server): free loopback ports, starting with a log, liveness, the tail of a log
+for an error message, and stopping by PID, never by name.
 
 >>> port = free_loopback_port()
 >>> 1024 <= port < 65536
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 LOOPBACK = "127.0.0.1"
 #: How long a process gets to exit after SIGTERM before it is sent SIGKILL.
@@ -58,6 +59,33 @@ def process_command(pid: int) -> str:
         ).stdout.strip()
     except OSError:
         return ""
+
+
+def start_logged(command: Sequence[str], log_path: Union[str, "os.PathLike[str]"], *,
+                 env: Optional[Mapping[str, str]] = None, cwd: Optional[Path] = None,
+                 detach: bool = True) -> subprocess.Popen:
+    """Start ``command`` with no input and its output and errors appended to ``log_path``;
+    ``detach``: in a session of its own, so a Ctrl-C in the shell that started it does not
+    stop it."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                start_new_session=detach)
+
+
+def log_tail(path: Union[str, "os.PathLike[str]", None], lines: int) -> str:
+    """The last ``lines`` lines of a process's log, for an error message."""
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except (OSError, TypeError):  # no log yet, or no path
+        return "(no log)"
+
+
+def process_tree(pid: Optional[int]) -> List[int]:
+    """``pid`` and every live process below it; empty once ``pid`` is gone."""
+    if not pid or not process_alive(pid):
+        return []
+    return [pid] + [child for child in descendants([pid]) if process_alive(child)]
 
 
 def descendants(pids: List[int]) -> List[int]:
