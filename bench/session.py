@@ -72,10 +72,12 @@ def bench_session(master: str = "local[2]", parallelism: int = 2,
     return session
 
 
-def bench_connect_server(master: str = "local[2]", parallelism: int = 2) -> Any:
+def bench_connect_server(master: str = "local[2]", parallelism: int = 2,
+                         conf: Optional[Dict[str, str]] = None) -> Any:
     """A Spark Connect server on ``master`` for the ``connect`` engine (started here; stop
     it): its Python workers import ``bench`` from the repository, and fork from the runner's
-    daemon as the classic session's workers do."""
+    daemon as the classic session's workers do. ``conf``: more server settings (a cluster's
+    driver settings)."""
     from services.connect_server import ConnectServer
 
     prepare_worker_environment()
@@ -83,7 +85,7 @@ def bench_connect_server(master: str = "local[2]", parallelism: int = 2) -> Any:
                            conf={"spark.default.parallelism": str(parallelism),
                                  "spark.sql.shuffle.partitions": str(parallelism),
                                  "spark.ui.enabled": "false",
-                                 "spark.ui.showConsoleProgress": "false"},
+                                 "spark.ui.showConsoleProgress": "false", **(conf or {})},
                            python_path=os.environ["PYTHONPATH"],
                            daemon_module=WORKER_DAEMON if _has_module(WORKER_DAEMON) else None)
     return server.start()

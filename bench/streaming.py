@@ -18,6 +18,10 @@ against a plain Python reference (a difference fails the run):
    ``--cluster-workers`` 1-core workers started here (each with its own disk where the
    machine allows: :mod:`services.cluster`), printed beside ``local[2]``.
 
+Each of ours runs once more on Spark Connect (unless ``--no-connect``): on a Connect server
+started here on the same master (``local[2]``), and for the cluster on a Connect server
+driving the same cluster; the rows print beside classic's with their ratio.
+
 Beam runs on the SparkRunner's streaming loop (:mod:`bench.streaming_beam`, a synthetic
 unbounded source); Spark Structured Streaming runs its own DataFrame query over the same
 events written to files (:mod:`bench.streaming_native`). Batch 0 of each run (workers start,
@@ -89,8 +93,27 @@ def _native(run: Dict[str, Any], events_per_batch: int) -> Dict[str, Any]:
             "seconds": round(run["seconds"], 1)}
 
 
+def measure_on_connect(connect: Any, arguments: argparse.Namespace, events_per_batch: int,
+                       batches: int, expected: Dict[Any, Any],
+                       durable: bool) -> Dict[str, Any]:
+    """Ours on the Connect ``session``: plain, or durable (state files every batch)."""
+    with tempfile.TemporaryDirectory(prefix="bench-connect-",
+                                     dir=arguments.shared_dir) as checkpoints:
+        run = streaming_beam.run(
+            connect, streaming_beam.windowed_sum, None, arguments.parallelism, arguments.shards,
+            events_per_batch, batches, arguments.seed,
+            checkpoint_dir=checkpoints if durable else None,
+            panes_dir=_scratch(arguments, "connect-panes"))
+    figures = _ours(run, batches)
+    figures["agrees"] = run["panes"] == expected
+    figures["stores_loaded"] = sum(sum(line.get("stores_loaded", {}).values())
+                                   for line in run["lines"][1:batches])
+    return figures
+
+
 def measure_windowed_sum(session: Any, arguments: argparse.Namespace, events_per_batch: int,
-                         batches: int, durable: bool = False) -> Dict[str, Any]:
+                         batches: int, durable: bool = False,
+                         connect: Any = None) -> Dict[str, Any]:
     """The windowed sum on both engines at ``events_per_batch``; with ``durable``, ours also
     with ``--checkpoint_dir`` (state files written at every batch). On a cluster master ours
     runs durable only (a cluster refuses keyed state without a checkpoint location)."""
@@ -124,6 +147,18 @@ def measure_windowed_sum(session: Any, arguments: argparse.Namespace, events_per
             record["durable_over_plain_p50"] = round(
                 record["beam_spark_runner_durable"]["batch_millis_p50"]
                 / record["beam_spark_runner"]["batch_millis_p50"], 2)
+    if connect is not None:
+        record["beam_on_connect"] = measure_on_connect(connect, arguments, events_per_batch,
+                                                       batches, expected, durable=False)
+        record["connect_over_classic_p50"] = round(
+            record["beam_on_connect"]["batch_millis_p50"]
+            / record["beam_spark_runner"]["batch_millis_p50"], 2)
+        if durable:
+            record["beam_on_connect_durable"] = measure_on_connect(
+                connect, arguments, events_per_batch, batches, expected, durable=True)
+            record["connect_over_classic_durable_p50"] = round(
+                record["beam_on_connect_durable"]["batch_millis_p50"]
+                / record["beam_spark_runner_durable"]["batch_millis_p50"], 2)
     if arguments.beam_only:
         return record
     native = streaming_native.run(
@@ -165,7 +200,7 @@ def measure_on_cluster(arguments: argparse.Namespace) -> Dict[str, Any]:
             output = os.path.join(shared, "record.json")
             settings = cluster.driver_conf()
             command = [sys.executable, "-m", "bench.streaming", "--only", "latency",
-                       "--beam-only", "--master", settings.pop("spark.master"),
+                       "--beam-only", "--no-connect", "--master", settings.pop("spark.master"),
                        "--parallelism", str(arguments.parallelism),
                        "--events-per-batch", str(arguments.events_per_batch),
                        "--latency-batches", str(arguments.latency_batches),
@@ -175,13 +210,60 @@ def measure_on_cluster(arguments: argparse.Namespace) -> Dict[str, Any]:
             subprocess.run(command, check=True, cwd=str(Path(__file__).resolve().parent.parent))
             with open(output, encoding="utf-8") as record:
                 measured = json.load(record)["latency"]
+            if arguments.connect:
+                measured["beam_on_connect_durable"] = _latency_on_cluster_connect(
+                    arguments, cluster, shared)
+                measured["connect_over_classic_durable_p50"] = round(
+                    measured["beam_on_connect_durable"]["batch_millis_p50"]
+                    / measured["beam_spark_runner_durable"]["batch_millis_p50"], 2)
         measured.update(workers=arguments.cluster_workers, isolated=cluster.isolated)
         return measured
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
 
-def measure_scaling(session: Any, arguments: argparse.Namespace) -> Dict[str, Any]:
+def _latency_on_cluster_connect(arguments: argparse.Namespace, cluster: Any,
+                                shared: str) -> Dict[str, Any]:
+    """The latency workload, durable, on a Connect server driving ``cluster`` (this process
+    is its client; the classic driver has ended, so the cluster's cores are free)."""
+    from bench.session import bench_connect_server
+
+    settings = cluster.driver_conf()
+    master = settings.pop("spark.master")
+    server = bench_connect_server(master, arguments.parallelism, settings)
+    try:
+        on_cluster = argparse.Namespace(**{**vars(arguments), "shared_dir": shared})
+        events = (max(1, arguments.events_per_batch // arguments.shards) * arguments.shards
+                  * arguments.latency_batches)
+        expected = workloads.windowed_sum_reference(arguments.seed, events)
+        return measure_on_connect(server.session(), on_cluster, arguments.events_per_batch,
+                                  arguments.latency_batches, expected, durable=True)
+    finally:
+        server.stop()
+
+
+def scaling_on_connect(connect: Any, arguments: argparse.Namespace) -> Dict[str, Any]:
+    """The state-scaling run on Connect (checkpointed as classic's; not resumed)."""
+    per_batch, batches = arguments.scaling_events_per_batch, arguments.scaling_batches
+    with tempfile.TemporaryDirectory(prefix="bench-connect-scaling-") as scratch:
+        panes = os.path.join(scratch, "panes")
+        os.makedirs(panes)
+        run = streaming_beam.run(
+            connect, streaming_beam.state_scaling, None, arguments.parallelism,
+            arguments.shards, per_batch, batches, arguments.seed, drain=False,
+            checkpoint_dir=os.path.join(scratch, "checkpoints"),
+            checkpoint_interval=arguments.scaling_checkpoint_interval, panes_dir=panes)
+    millis = [line["millis"] for line in run["lines"]]
+    window = min(10, max(1, (batches - 1) // 2))
+    expected = workloads.scaling_reference(run["events"])
+    return {"millis": millis, "first_p50": percentile(millis[1:1 + window], 0.5),
+            "last_p50": percentile(millis[-window:], 0.5),
+            "agrees": {key: total for (key, _), total in run["panes"].items()} == expected,
+            "seconds": round(run["seconds"], 1)}
+
+
+def measure_scaling(session: Any, arguments: argparse.Namespace,
+                    connect: Any = None) -> Dict[str, Any]:
     """A new key per event: batch times as state grows, on both engines. Ours checkpoints
     every ``--scaling-checkpoint-interval`` batches (as Spark's query commits every batch);
     then a second driver resumes from that checkpoint for a few batches: the first of
@@ -241,6 +323,13 @@ def measure_scaling(session: Any, arguments: argparse.Namespace) -> Dict[str, An
     }
     record["beam_last_over_first"] = round(record["beam_last_p50"] / record["beam_first_p50"], 2)
     record["beam_over_native_last"] = round(record["beam_last_p50"] / record["native_last_p50"], 2)
+    if connect is not None:
+        on_connect = record["beam_on_connect"] = scaling_on_connect(connect, arguments)
+        on_connect["last_over_first"] = round(on_connect["last_p50"] / on_connect["first_p50"], 2)
+        on_connect["last_over_classic_last"] = round(
+            on_connect["last_p50"] / record["beam_last_p50"], 2)
+        for point, connect_millis in zip(record["curve"], on_connect["millis"]):
+            point["connect_millis"] = connect_millis
     return record
 
 
@@ -262,6 +351,11 @@ def plot_scaling(record: Dict[str, Any], path: Path) -> Optional[Path]:
     figure, axes = pyplot.subplots(figsize=(8, 4.5))
     axes.plot([point["keys_held"] / 1000 for point in curve],
               [point["beam_millis"] for point in curve], label="Beam on our SparkRunner")
+    on_connect = [point for point in curve if point.get("connect_millis") is not None]
+    if on_connect:
+        axes.plot([point["keys_held"] / 1000 for point in on_connect],
+                  [point["connect_millis"] for point in on_connect],
+                  label="Beam on our SparkRunner, Spark Connect")
     native = [point for point in curve if point["native_millis"] is not None]
     axes.plot([point["keys_held"] / 1000 for point in native],
               [point["native_millis"] for point in native],
@@ -287,15 +381,26 @@ def run(arguments: argparse.Namespace) -> Dict[str, Any]:
         record["load_average_1min"] = round(os.getloadavg()[0], 2)
         return record
     session = bench_session(arguments.master, arguments.parallelism, arguments.conf)
-    if "latency" in arguments.only:
-        record["latency"] = measure_windowed_sum(session, arguments, arguments.events_per_batch,
-                                                 arguments.latency_batches, durable=True)
-    if "throughput" in arguments.only:
-        record["throughput"] = measure_windowed_sum(
-            session, arguments, arguments.throughput_events_per_batch,
-            arguments.throughput_batches)
-    if "scaling" in arguments.only:
-        record["scaling"] = measure_scaling(session, arguments)
+    server = connect = None
+    if arguments.connect and set(arguments.only) - {"cluster"}:
+        from bench.session import bench_connect_server
+
+        server = bench_connect_server(arguments.master, arguments.parallelism)
+        connect = server.session()
+    try:
+        if "latency" in arguments.only:
+            record["latency"] = measure_windowed_sum(
+                session, arguments, arguments.events_per_batch, arguments.latency_batches,
+                durable=True, connect=connect)
+        if "throughput" in arguments.only:
+            record["throughput"] = measure_windowed_sum(
+                session, arguments, arguments.throughput_events_per_batch,
+                arguments.throughput_batches, connect=connect)
+        if "scaling" in arguments.only:
+            record["scaling"] = measure_scaling(session, arguments, connect)
+    finally:
+        if server is not None:
+            server.stop()
     if "cluster" in arguments.only:
         session.stop()  # the cluster's driver runs beside: this one's workers would compete
         record["cluster"] = measure_on_cluster(arguments)
@@ -306,12 +411,13 @@ def run(arguments: argparse.Namespace) -> Dict[str, Any]:
 def agrees(record: Dict[str, Any]) -> bool:
     checks = []
     for name in ("latency", "throughput", "cluster"):
-        for engine in ("beam_spark_runner", "beam_spark_runner_durable",
-                       "spark_structured_streaming"):
+        for engine in ("beam_spark_runner", "beam_spark_runner_durable", "beam_on_connect",
+                       "beam_on_connect_durable", "spark_structured_streaming"):
             if engine in record.get(name, {}):
                 checks.append(record[name][engine]["agrees"])
     if "scaling" in record:
-        checks += [record["scaling"]["beam_agrees"], record["scaling"]["native_agrees"]]
+        checks += [record["scaling"]["beam_agrees"], record["scaling"]["native_agrees"],
+                   record["scaling"].get("beam_on_connect", {}).get("agrees", True)]
     return all(checks)
 
 
@@ -334,10 +440,21 @@ def print_record(record: Dict[str, Any]) -> None:
                   f"{durable['batch_millis_p50']:8.0f} {durable['batch_millis_p95']:8.0f} "
                   f"{durable['events_per_second']:10,.0f} "
                   f"{durable['spark_jobs_per_batch']:10.2f} {_ok(durable['agrees']):>7s}")
+        for engine, label in (("beam_on_connect", "Beam on our SparkRunner, Spark Connect"),
+                              ("beam_on_connect_durable", "  the same, state durable")):
+            if engine in entry:
+                figures = entry[engine]
+                print(f"  {label:38s} {figures['batch_millis_p50']:8.0f} "
+                      f"{figures['batch_millis_p95']:8.0f} {figures['events_per_second']:10,.0f} "
+                      f"{figures['spark_jobs_per_batch']:10.2f} {_ok(figures['agrees']):>7s}")
         print(f"  {'Spark Structured Streaming (RocksDB)':38s} {native['batch_millis_p50']:8.0f} "
               f"{native['batch_millis_p95']:8.0f} {native['events_per_second']:10,.0f} "
               f"{'':10s} {_ok(native['agrees']):>7s}")
         print(f"  p50 ratio (ours / Spark's): {entry['p50_ratio']}")
+        if "connect_over_classic_p50" in entry:
+            print(f"  Spark Connect / classic p50: x{entry['connect_over_classic_p50']}"
+                  + (f", durable x{entry['connect_over_classic_durable_p50']}"
+                     if "connect_over_classic_durable_p50" in entry else ""))
         if "durable_over_plain_p50" in entry:
             print(f"  durable state: p50 x{entry['durable_over_plain_p50']} ours without it, "
                   f"x{entry['durable_over_native_p50']} Spark's; state files "
@@ -370,12 +487,20 @@ def print_record(record: Dict[str, Any]) -> None:
         print(f"  resumed from the checkpoint in a new driver: batches "
               f"{entry['resumed_millis']} ms, keys held {entry['resumed_keys']}")
         print(f"  panes: ours {_ok(entry['beam_agrees'])}, Spark {_ok(entry['native_agrees'])}")
+        if "beam_on_connect" in entry:
+            on_connect = entry["beam_on_connect"]
+            print(f"  Spark Connect: p50 {on_connect['first_p50']} ms first, "
+                  f"{on_connect['last_p50']} ms last: x{on_connect['last_over_first']}; "
+                  f"x{on_connect['last_over_classic_last']} classic's last; panes "
+                  f"{_ok(on_connect['agrees'])}")
     if "cluster" in record:
         entry = record["cluster"]
         print(f"\ncluster: the latency workload on {entry['workers']} 1-core workers"
               f"{' with a disk each' if entry['isolated'] else ''}, state durable every batch")
         print(f"  {'':38s} {'p50 ms':>8s} {'p95 ms':>8s} {'events/s':>10s} {'panes':>7s}")
         rows = [("cluster, durable", entry["beam_spark_runner_durable"])]
+        if "beam_on_connect_durable" in entry:
+            rows.append(("cluster, Spark Connect, durable", entry["beam_on_connect_durable"]))
         if "latency" in record:
             rows += [("local[2], plain", record["latency"]["beam_spark_runner"]),
                      ("local[2], durable", record["latency"]["beam_spark_runner_durable"])]
@@ -383,6 +508,10 @@ def print_record(record: Dict[str, Any]) -> None:
             print(f"  {label:38s} {figures['batch_millis_p50']:8.0f} "
                   f"{figures['batch_millis_p95']:8.0f} {figures['events_per_second']:10,.0f} "
                   f"{_ok(figures['agrees']):>7s}")
+        if "connect_over_classic_durable_p50" in entry:
+            print(f"  Spark Connect / classic p50 on the cluster: "
+                  f"x{entry['connect_over_classic_durable_p50']}; stores rebuilt in measured "
+                  f"batches: {entry['beam_on_connect_durable']['stores_loaded']}")
     print(f"\nload average {record['load_average_1min']} on {record['cpus']} cpus")
 
 
@@ -413,6 +542,8 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="cluster: 1-core workers of the standalone cluster (2)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting of the benchmark's session; repeatable")
+    parser.add_argument("--no-connect", dest="connect", action="store_false",
+                        help="leave out the runs on Spark Connect")
     parser.add_argument("--beam-only", action="store_true",
                         help="measure our runner only (the cluster measurement's driver)")
     parser.add_argument("--shared-dir", default=None,

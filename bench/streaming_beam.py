@@ -158,7 +158,7 @@ def latest_panes(panes_dir: str) -> Dict[Any, int]:
     return {key: total for key, (_, total) in latest.items()}
 
 
-def run(session: Any, build: Callable, master: str, parallelism: int, shards: int,
+def run(session: Any, build: Callable, master: Optional[str], parallelism: int, shards: int,
         events_per_batch: int, batches: int, seed: int, drain: bool = True,
         source_batches: Optional[int] = None, checkpoint_dir: Optional[str] = None,
         checkpoint_interval: int = 10, panes_dir: Optional[str] = None) -> Dict[str, Any]:
@@ -177,9 +177,10 @@ def run(session: Any, build: Callable, master: str, parallelism: int, shards: in
     with tempfile.TemporaryDirectory(prefix="bench-streaming-") as scratch:
         panes = panes_dir or scratch
         report = os.path.join(scratch, "report.jsonl")
-        flags = ["--streaming", f"--spark_master_url={master}",
-                 f"--spark_parallelism={parallelism}", "--batch_interval_seconds=0.01",
-                 f"--streaming_report={report}"]
+        flags = ["--streaming", f"--spark_parallelism={parallelism}",
+                 "--batch_interval_seconds=0.01", f"--streaming_report={report}"]
+        if master is not None:  # None: a Spark Connect session's server has its own
+            flags.append(f"--spark_master_url={master}")
         if not drain:
             flags.append(f"--max_batches={batches}")
         if checkpoint_dir:

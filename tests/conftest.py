@@ -50,10 +50,10 @@ RUNNERS: Dict[str, Callable] = {"DirectRunner": _direct_runner, "SparkRunner": s
                                 "SparkConnect": spark_connect_runner}
 #: The runners on Spark.
 SPARK_RUNNERS = ("SparkRunner", "SparkConnect")
-#: Areas whose tests run on Spark Connect too (``BEAM_TEST_CONNECT_AREAS`` narrows them);
-#: the streaming areas wait for Spark Connect's streaming engine.
+#: Areas whose tests run on Spark Connect too (``BEAM_TEST_CONNECT_AREAS`` narrows them).
 CONNECT_AREAS = tuple(area.strip() for area in os.environ.get(
-    "BEAM_TEST_CONNECT_AREAS", "model,runner,pipelines").split(",") if area.strip())
+    "BEAM_TEST_CONNECT_AREAS", "model,runner,pipelines,streaming,kafka").split(",")
+    if area.strip())
 
 
 def _selected_runners():

@@ -12,10 +12,8 @@ accumulator) made to raise, and the process's running SparkContext hidden, so a 
 on the Connect path fails the test.
 
 ``spark_connect_runner`` is the runner factory :data:`conftest.RUNNERS` registers as
-``SparkConnect``: the model tests run on it beside the DirectRunner and the classic
-SparkRunner. Streaming is refused on Spark Connect until its streaming engine lands (issue
-33); a streaming model test is skipped there, saying so, and
-``tests/runner/test_spark_connect.py`` checks the refusal itself.
+``SparkConnect``: the model tests, batch and streaming, run on it beside the DirectRunner
+and the classic SparkRunner.
 """
 
 from __future__ import annotations
@@ -39,11 +37,6 @@ CONNECT_TEST_SETTINGS: Dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.extraJavaOptions": QUICK_JVM,
 }
-#: Why a streaming pipeline's test is skipped on Spark Connect.
-STREAMING_SKIP = ("streaming pipelines are refused on Spark Connect until the Connect "
-                  "streaming engine lands (issue 33); test_spark_connect.py checks the refusal")
-
-
 @functools.lru_cache(maxsize=None)
 def shared_connect_server() -> Any:
     """The test process's Connect server (started once, stopped at exit)."""
@@ -98,14 +91,6 @@ def spark_connect(no_classic_spark) -> Any:
 
 def spark_connect_runner(request) -> Any:
     """A SparkRunner on the Connect session (a ``RUNNERS`` factory for tests/conftest.py)."""
-    from runners.spark import SparkRunner, planning, support
+    from runners.spark import SparkRunner
 
-    class ConnectTestRunner(SparkRunner):
-        """The SparkRunner on Spark Connect; a streaming pipeline's test is skipped."""
-
-        def run_pipeline(self, pipeline, options):
-            if support.runs_in_streaming(planning.pipeline_proto(pipeline, options), options):
-                pytest.skip(STREAMING_SKIP)
-            return super().run_pipeline(pipeline, options)
-
-    return ConnectTestRunner(request.getfixturevalue("spark_connect"))
+    return SparkRunner(request.getfixturevalue("spark_connect"))

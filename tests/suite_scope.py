@@ -8,9 +8,10 @@
 
 * the Kafka tests on the second embedded broker (``tansu``): the connector's code is the
   same on both, and the core suite runs every Kafka test on ``noida``;
-* the Spark Connect runs of the tests outside ``tests/model``: every model test runs on
-  Connect in the core suite, with Connect's own tests; the runner's and the jobs' tests
-  exercise the same backend again;
+* the Spark Connect runs of the tests of ``tests/runner`` and ``tests/pipelines``: every
+  model, streaming and Kafka test that names its runner runs on Connect in the core suite,
+  with Connect's own tests; the runner's and the jobs' tests exercise the same backend
+  again;
 * the DirectRunner runs of the tests outside ``tests/model``: Beam's own runner at a pinned
   version, the reference every model test is compared with in the core suite;
 * the tests of :data:`EXTENDED`, each with why it can wait.
@@ -33,6 +34,8 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
+#: The areas whose tests' Spark Connect runs are in the core suite.
+CONNECT_CORE_AREAS = ("model", "streaming", "kafka")
 #: Node-id prefixes (relative to tests/) of tests outside the core suite, and why.
 EXTENDED: Dict[str, str] = {
     "runner/test_spark_cluster_streaming.py::test_a_job_killed_and_restarted_from_a_checkpoint"
@@ -59,6 +62,11 @@ EXTENDED: Dict[str, str] = {
     "runner/test_spark_cluster_streaming.py::test_executors_without_the_project": "a user's "
         "package installed on cluster executors that lack the project (35 s); the core suite "
         "ships the project to the cluster and a package to a Connect server",
+    "runner/test_spark_cluster_connect.py::test_a_keyed_streaming_job_on_connect": "the "
+        "cluster's keyed streaming job again through a Connect server (110 s); the core suite "
+        "runs it on classic, and Connect's placement on the test process's server",
+    "runner/test_spark_cluster_connect.py::test_a_lost_worker_under_an_exactly_once": "Kafka "
+        "exactly-once with a worker lost, through a Connect server (115 s)",
     "pipelines/test_make_run.py::": "the live demo end to end, run out and interrupted (50 s "
         "and 20 s): the core suite runs its parts (team_scores on Kafka in streaming, the "
         "leaderboard, the pictures)",
@@ -74,6 +82,8 @@ FAULTS: Tuple[str, ...] = (
     "runner/test_spark_cluster_streaming.py::test_a_lost_worker_under",
     "runner/test_spark_cluster_streaming.py::test_a_keyed_streaming_job_keeps_its_stores_and"
     "_survives_a_lost_worker",
+    "runner/test_spark_cluster_connect.py::test_a_keyed_streaming_job_on_connect",
+    "runner/test_spark_cluster_connect.py::test_a_lost_worker_under",
     "kafka/test_kafka_restart.py::",
     "kafka/test_kafka_faults.py::",
     "kafka/test_kafka_write.py::test_a_broker_gone_in_the_middle_of_a_bundle",
@@ -95,8 +105,8 @@ def is_extended(node: str, area: Optional[str], runner: Optional[str],
     """Why the test ``node`` (its id relative to tests/) is outside the core suite, or None."""
     if broker == "tansu":
         return "the second embedded broker"
-    if runner == "SparkConnect" and area != "model":
-        return "a Spark Connect run outside tests/model"
+    if runner == "SparkConnect" and area not in CONNECT_CORE_AREAS:
+        return "a Spark Connect run outside tests/model, tests/streaming and tests/kafka"
     if runner == "DirectRunner" and area != "model":
         return "a DirectRunner run outside tests/model"
     for prefix, reason in EXTENDED.items():

@@ -109,8 +109,6 @@ class SparkRunner(PipelineRunner):
         plan = planning.plan(proto, streaming=streaming, native_reshuffle=not (
             options.is_compat_version_prior_to(RESHUFFLE_KEEPS_PANES_SINCE)))
         backend = self.backend(options)
-        if streaming and backend.streaming_refusal:
-            raise planning.UnsupportedPipelineError(backend.streaming_refusal)
         if stage_dependencies:
             shipped = staging.stage_for_executors(backend, options)
             if shipped is not None:

@@ -138,7 +138,16 @@ def _sums(events, base: int) -> Dict[Tuple[str, Tuple[float, float]], int]:
 #: DirectRunner does not: it holds a splittable DoFn's output watermark at -infinity until
 #: the restriction is done (apache_beam/runners/direct/sdf_direct_runner.py), so every
 #: window closes when the read ends and no event can be late there.
-LIVE_WATERMARK = {"DirectRunner": False, "SparkRunner": True}
+LIVE_WATERMARK = {"DirectRunner": False, "SparkRunner": True, "SparkConnect": True}
+
+
+def _runner_arguments(runner_name: str) -> list:
+    if runner_name != "SparkConnect":
+        return RUNNER_ARGUMENTS[runner_name]
+    from connect_fixtures import shared_connect_server
+
+    # The test process's Connect server (this job is a client of it, with no SparkContext).
+    return RUNNER_ARGUMENTS["SparkRunner"] + ["--spark_remote", shared_connect_server().url]
 
 
 def _stop(job: subprocess.Popen, log_path: Path) -> str:
@@ -177,7 +186,7 @@ def test_team_scores_reads_kafka_and_writes_early_on_time_and_late_panes(runner_
                # No idle advancement: every partition has data, and the test's pauses must
                # not move the watermark (it would otherwise follow the wall clock).
                "--idle_timeout_seconds", "3600",
-               *RUNNER_ARGUMENTS[runner_name]]
+               *_runner_arguments(runner_name)]
     log_path = tmp_path / "job.log"
     with open(log_path, "w") as log:
         job = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,

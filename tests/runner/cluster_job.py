@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import sys
-from typing import List
+from typing import Any, Dict, List
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -96,6 +96,24 @@ def read_records(directory: str) -> List[str]:
             with open(os.path.join(directory, name), encoding="utf-8") as file:
                 found.append(file.read())
     return sorted(found)
+
+
+_LOCAL_RECORDS: Dict[int, List[str]] = {}
+
+
+def local_records(spark_session: Any, directory: Any, batches: int) -> List[str]:
+    """What the pipeline writes on ``local[2]`` (``spark_session``, classic) into the new
+    ``directory`` (once per number of batches in a test process)."""
+    from runners.spark import SparkRunner
+
+    if batches not in _LOCAL_RECORDS:
+        os.makedirs(directory)
+        pipeline = beam.Pipeline(runner=SparkRunner(spark_session),
+                                 options=PipelineOptions([], streaming=True, spark_parallelism=4))
+        build(pipeline, str(directory), batches)
+        pipeline.run().wait_until_finish()
+        _LOCAL_RECORDS[batches] = read_records(str(directory))
+    return _LOCAL_RECORDS[batches]
 
 
 def main(argv: List[str]) -> None:

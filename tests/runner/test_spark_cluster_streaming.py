@@ -46,21 +46,6 @@ pytestmark = CLUSTER_MARKS
 JOB = str(Path(cluster_job.__file__))
 #: TestStream batches of data (each one a report line, its watermark advance another).
 BATCHES = 14
-_LOCAL_RECORDS = {}
-
-
-def _local_records(spark_session, directory: Path, batches: int):
-    """What the same pipeline writes on ``local[2]`` (the test session; once per size)."""
-    from runners.spark import SparkRunner
-
-    if batches not in _LOCAL_RECORDS:
-        directory.mkdir()
-        pipeline = beam.Pipeline(runner=SparkRunner(spark_session),
-                                 options=PipelineOptions([], streaming=True, spark_parallelism=4))
-        cluster_job.build(pipeline, str(directory), batches)
-        pipeline.run().wait_until_finish()
-        _LOCAL_RECORDS[batches] = cluster_job.read_records(str(directory))
-    return _LOCAL_RECORDS[batches]
 
 
 def _report(path: Path):
@@ -88,7 +73,7 @@ def test_a_keyed_streaming_job_keeps_its_stores_and_survives_a_lost_worker(
         wait_for_batches(driver, report, before_kill, log)
         killed = two_workers.kill_worker(1)
         assert len(killed) >= 3, killed  # the worker, its executor, its Python daemon
-        expected = _local_records(spark_session, tmp_path / "local", BATCHES)
+        expected = cluster_job.local_records(spark_session, tmp_path / "local", BATCHES)
         finish_driver(driver, log)
     finally:
         if driver.poll() is None:
@@ -131,7 +116,7 @@ def test_a_job_killed_and_restarted_from_a_checkpoint_on_s3_ends_with_the_same_p
     reported = len(report.read_text().splitlines())
 
     run_2 = start_driver(command, log_2)
-    expected = _local_records(spark_session, tmp_path / "local", batches)
+    expected = cluster_job.local_records(spark_session, tmp_path / "local", batches)
     finish_driver(run_2, log_2)
     resumed = _report(report)[reported]
     assert resumed["batch"] >= 6, "run 2 resumed from run 1's checkpoint"

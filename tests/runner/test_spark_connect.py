@@ -21,14 +21,12 @@ import pytest
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing import test_stream
 from apache_beam.testing.util import assert_that, equal_to
 
 from connect_fixtures import shared_connect_server, spark_connect  # noqa: F401 (fixture)
 from project import PYTHON, REPO
 from runners.spark import SparkRunner
 from runners.spark.backends.connect_checks import ConnectSessionError
-from runners.spark.planning import UnsupportedPipelineError
 
 
 class CountedWords(beam.DoFn):
@@ -108,15 +106,6 @@ def test_spark_remote_and_the_spark_remote_variable_choose_connect(spark_connect
             [f"--spark_remote={url}", "--spark_master_url=local[1]"]))
 
 
-def test_a_streaming_pipeline_is_refused_at_start_saying_why(spark_connect):
-    pipeline = beam.Pipeline(runner=SparkRunner(spark_connect),
-                             options=PipelineOptions(streaming=True))
-    _ = pipeline | test_stream.TestStream().add_elements([1]).advance_watermark_to_infinity()
-    with pytest.raises(UnsupportedPipelineError,
-                       match="streaming pipelines do not run on Spark Connect yet.*classic"):
-        pipeline.run()
-
-
 class Refused(ValueError):
     """A user's own exception type (module level: the driver must find the same class)."""
 
@@ -192,6 +181,31 @@ if __name__ == "__main__":
         _ = (pipeline | beam.Create(["a", "b"]) | beam.Map(shout)
              | beam.io.WriteToText(output, shard_name_template=""))
 """
+
+
+def _seen(partition, records):
+    yield partition, sorted(records)
+
+
+def test_placed_key_partitions_each_get_their_own_input_and_run_with_none(spark_connect):
+    """Placement on (the cluster test places them on their executors): each key partition's
+    task gets its partition's records and its index, a partition with no input still runs
+    (its timers), and ``run_at_every_place`` reaches every partition of every place."""
+    from runners.spark.backends.connect import ConnectBackend
+    from runners.spark.backends.connect_affinity import PointerAffinity
+
+    backend = ConnectBackend.of(spark_connect)
+    placement = PointerAffinity(backend, 4, enabled=True)
+    pairs = [(number % 4, number) for number in range(10) if number % 4 != 2]
+    keyed = backend.source(pairs, 2).partition_by(4)
+    for _ in range(2):  # the second batch reads the cached pointer
+        assert sorted(backend.collect(placement.run("Sum", keyed, _seen))) == [
+            (0, [0, 4, 8]), (1, [1, 5, 9]), (2, []), (3, [3, 7])]
+    assert sorted(backend.collect(placement.run("Count", backend.source([], 4), _seen))) == [
+        (partition, []) for partition in range(4)]
+    reached = placement.run_at_every_place(_seen)
+    assert sorted(reached) == sorted([(partition, []) for partition in range(4)] * 2)
+    placement.release()
 
 
 def test_a_script_ships_its_main_session_and_packages_as_session_artifacts(tmp_path):

@@ -200,8 +200,6 @@ class Backend(abc.ABC):
     KINDS = ("classic", "connect")
     #: "classic" or "connect"
     kind: str = ""
-    #: Why a streaming pipeline cannot run here (refused at start with this), or None.
-    streaming_refusal: Optional[str] = None
 
     @property
     @abc.abstractmethod

@@ -35,7 +35,7 @@ import os
 import pickle
 import tempfile
 import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -53,8 +53,8 @@ from runners.spark.backends.base import (
     PartitionAffinity,
     PartitionFunction,
     RunMetrics,
-    UnplacedAffinity,
 )
+from runners.spark.backends.connect_affinity import PointerAffinity
 from runners.spark.backends.connect_checks import SessionFacts, check_session
 from runners.spark.backends.connect_tasks import (
     ConnectBroadcast,
@@ -83,13 +83,6 @@ SOURCE_INLINE_BYTES = 1 << 20
 #: each plan megabytes when they rode along: 0.66 s per query).
 BROADCAST_INLINE_BYTES = 64 << 10
 
-STREAMING_REFUSAL = (
-    "streaming pipelines do not run on Spark Connect yet: the streaming engine keeps each key "
-    "partition's state on the executor that last ran it, and Spark Connect has no API to send "
-    "a task back there. Run this pipeline on classic Spark (--spark_master_url, or a "
-    "SparkSession with a SparkContext), or as a batch pipeline")
-
-
 def _schema(*columns: Tuple[str, Any]) -> StructType:
     return StructType([StructField(name, kind, nullable=False) for name, kind in columns])
 
@@ -111,31 +104,51 @@ class ConnectDataset(Dataset):
       plain: ``frame`` is exactly one :data:`~runners.spark.backends.connect_rows.RECORD`
         column of records.
       persisted: ``frame`` is persisted (:meth:`unpersist` frees it).
+      partitions: ``frame`` is :data:`PARTITIONED_SCHEMA` rows ``repartitionById`` into this
+        many partitions (what :meth:`partition_by` makes), else None.
     """
 
     def __init__(self, backend: "ConnectBackend", frame: Any,
                  reader: Callable[..., Iterator[Any]] = records_in,
                  steps: Tuple[Step, ...] = (), plain: bool = False,
-                 persisted: bool = False) -> None:
+                 persisted: bool = False, partitions: Optional[int] = None) -> None:
         self.backend = backend
         self._frame = frame
         self._reader = reader
         self._steps = steps
         self._plain = plain
         self._persisted = persisted
+        self.partitions = partitions
+
+    @property
+    def reader(self) -> Callable[..., Iterator[Any]]:
+        return self._reader
+
+    @property
+    def steps(self) -> Tuple[Step, ...]:
+        return self._steps
+
+    @property
+    def partitioned_frame(self) -> Any:
+        """The DataFrame of a dataset made by :meth:`partition_by` (its rows as shuffled,
+        before :attr:`steps`)."""
+        if self.partitions is None:
+            raise ValueError("this dataset was not made by partition_by")
+        return self._frame
 
     def map_partitions(self, function: PartitionFunction) -> "ConnectDataset":
         return ConnectDataset(self.backend, self._frame, self._reader,
-                              self._steps + ((False, function),))
+                              self._steps + ((False, function),), partitions=self.partitions)
 
     def map_partitions_with_index(self, function: IndexedPartitionFunction) -> "ConnectDataset":
         return ConnectDataset(self.backend, self._frame, self._reader,
-                              self._steps + ((True, function),))
+                              self._steps + ((True, function),), partitions=self.partitions)
 
     def partition_by(self, partitions: int) -> "ConnectDataset":
         written = self._apply(PartitionedWriter(partitions, self.backend.binary),
                               PARTITIONED_SCHEMA)
-        return ConnectDataset(self.backend, written.repartitionById(partitions, rows.PARTITION))
+        return ConnectDataset(self.backend, written.repartitionById(partitions, rows.PARTITION),
+                              partitions=partitions)
 
     def group_by_key(self, partitions: int,
                      partition_of: Callable[[Any], int]) -> "ConnectDataset":
@@ -146,6 +159,10 @@ class ConnectDataset(Dataset):
         return ConnectDataset(self.backend, grouped, groups_in)
 
     def coalesce(self, partitions: int) -> "ConnectDataset":
+        if self.partitions is not None and any(with_index for with_index, _ in self._steps):
+            # Under a coalesce a task's partition id is the coalesced partition's, and a
+            # keyed function would open another key partition's state: keep the partitions.
+            return self
         return ConnectDataset(self.backend, self.frame().coalesce(partitions), plain=True)
 
     def frame(self) -> Any:
@@ -157,8 +174,7 @@ class ConnectDataset(Dataset):
         return self._apply(RecordsWriter(self.backend.binary), RECORDS_SCHEMA)
 
     def _apply(self, writer: Callable[[Iterable[Any]], Iterator[Any]], schema: StructType) -> Any:
-        task = PartitionTask(self._reader, self._steps, writer,
-                             os.getcwd() if self.backend.facts.sees_driver_files else None)
+        task = PartitionTask(self._reader, self._steps, writer, self.backend.working_directory())
         return self._frame.mapInArrow(task, schema)
 
     def unpersist(self) -> None:
@@ -208,7 +224,6 @@ class ConnectBackend(Backend):
     """
 
     kind = "connect"
-    streaming_refusal = STREAMING_REFUSAL
     #: Settings of the sessions the runner makes itself (``--spark_conf`` overrides them).
     #: Adaptive execution re-plans a query after each of its stages; the runner's shuffles
     #: have fixed partition counts and no joins, so it gains nothing and costs a pipeline
@@ -328,7 +343,19 @@ class ConnectBackend(Backend):
         self.session.interruptTag(run_tag)
 
     def partition_affinity(self, partitions: int) -> PartitionAffinity:
-        return UnplacedAffinity(self, partitions)
+        return PointerAffinity(self, partitions, enabled=not self.single_executor)
+
+    #: The schema of a DataFrame of records (what :meth:`records` takes).
+    records_schema = RECORDS_SCHEMA
+
+    def records(self, frame: Any) -> ConnectDataset:
+        """The records of ``frame``, a DataFrame of :attr:`records_schema`."""
+        return ConnectDataset(self, frame, plain=True)
+
+    def working_directory(self) -> Optional[str]:
+        """Where tasks run: the driver's working directory when the workers see it (relative
+        paths then mean there what they mean to the driver), else None (the worker's own)."""
+        return os.getcwd() if self.facts.sees_driver_files else None
 
     def stop(self) -> None:
         with self._LOCK:

@@ -122,7 +122,10 @@ class PartitionTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        index = TaskContext.get().partitionId()
+        return self.run_at(TaskContext.get().partitionId(), batches)
+
+    def run_at(self, index: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """:meth:`run`, in the driver's working directory where the worker sees it."""
         if self.working_directory is None or not os.path.isdir(self.working_directory):
             return self.run(index, batches)
         return _in_directory(self.working_directory, lambda: self.run(index, batches))
