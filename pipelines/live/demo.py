@@ -28,6 +28,13 @@ Run it::
     make run DURATION=20
     python -m pipelines.live --duration 30 --plot out/live.png --rate 40
     python -m pipelines.live --spark_master_url spark://127.0.0.1:7077   # a Spark cluster
+    python -m pipelines.live --connect          # on a Spark Connect server started for the run
+    make run RUN_ARGS=--connect
+    python -m pipelines.live --spark_remote sc://127.0.0.1:15002        # your Connect server
+
+With ``--connect`` a Spark Connect server (``local[2]``, from pyspark's jars:
+:mod:`services.connect_server`) is started for the run and stopped by its PID at the end;
+the job is its client, with no SparkContext, as on Databricks serverless.
 
 Options the orchestrator does not know go to the job (``python -m pipelines.team_scores``);
 it runs with ``--spark_parallelism 1`` unless given another (the demo's rate fits one partition).
@@ -155,7 +162,7 @@ def run(args: argparse.Namespace) -> RunSummary:
         interrupted.set()
 
     previous_handler = signal.signal(signal.SIGINT, on_interrupt)
-    broker = None
+    broker = connect_server = None
     pids: List[int] = []
     job_pids: List[int] = []
     stop = threading.Event()
@@ -173,6 +180,14 @@ def run(args: argparse.Namespace) -> RunSummary:
         create_topics(servers, topics, PARTITIONS)
         report_path = str(run_dir / "streaming-report.jsonl")
         command = job_command(args, servers, topics, report_path)
+        if args.connect:
+            from services.connect_server import ConnectServer
+
+            connect_server = ConnectServer(state_dir=run_dir / "connect-server").start()
+            pids.append(connect_server.pid)
+            command += ["--spark_remote", connect_server.url]
+            print(f"live: Spark Connect server PID {connect_server.pid} at {connect_server.url} "
+                  f"(started in {connect_server.startup_seconds:.0f} s)", flush=True)
         with open(run_dir / "job.log", "w") as log:
             job = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True,
@@ -236,6 +251,8 @@ def run(args: argparse.Namespace) -> RunSummary:
         stop.set()
         if job is not None and job.poll() is None:
             _stop_job(job, pids, job_pids)
+        if connect_server is not None:
+            connect_server.stop()
         if broker is not None:
             broker.stop()
         signal.signal(signal.SIGINT, previous_handler)
@@ -308,6 +325,9 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="at the end, draw the pane diagram to FILE and throughput and "
                         "watermark lag to FILE-throughput")
     parser.add_argument("--work_dir", help="where the job's log and report go (default: a temp dir)")
+    parser.add_argument("--connect", action="store_true",
+                        help="run the job on a Spark Connect server started for the run "
+                        "(local[2]; the job is its client, with no SparkContext)")
     # Anything else is the job's (e.g. --spark_master_url spark://..., --spark_conf k=v).
     args, args.job_options = parser.parse_known_args(argv)
     for name in ("duration", "rate", "window_seconds", "batch_interval_seconds"):
@@ -316,6 +336,12 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     for name in ("early_seconds", "allowed_lateness"):
         if getattr(args, name) < 0:
             parser.error(f"--{name}={getattr(args, name)} must not be negative")
+    if args.connect:
+        chosen = [option.split("=", 1)[0] for option in args.job_options
+                  if option.split("=", 1)[0] in ("--spark_remote", "--spark_master_url")]
+        if args.runner != "SparkRunner" or chosen:
+            parser.error("--connect starts a Spark Connect server for the SparkRunner: drop "
+                         f"{' and '.join(chosen) or '--runner ' + args.runner}, or --connect")
     return args
 
 

@@ -126,7 +126,11 @@ def test_a_keyed_streaming_job_on_connect_keeps_its_stores_and_survives_a_lost_w
     # At-least-once: panes of the batch in flight may be written again, as the same files.
     assert cluster_job.read_records(str(panes)) == expected
     lines = _report(report)
-    assert len(lines[-1]["stores_loaded"]) == 2  # the sum's GroupByKey, the stateful stage
+    # The sum's GroupByKey, and the stateful stage (named after its fused transforms).
+    steps = sorted(lines[-1]["stores_loaded"])
+    count = next(step for step in steps if "Count" in step)
+    assert len(steps) == 2 and "Sum/GroupByKey" in steps
+    assert max(line["state_keys"][count] for line in lines) == len(cluster_job.KEYS)
     loaded = [sum(line["stores_loaded"].values()) for line in lines]
     assert sum(loaded[:before_kill]) == 0, loaded  # steady: every store stayed where it was
     assert sum(loaded[before_kill:]) > 0, loaded  # the lost executor's partitions moved

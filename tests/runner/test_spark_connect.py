@@ -187,25 +187,43 @@ def _seen(partition, records):
     yield partition, sorted(records)
 
 
-def test_placed_key_partitions_each_get_their_own_input_and_run_with_none(spark_connect):
-    """Placement on (the cluster test places them on their executors): each key partition's
-    task gets its partition's records and its index, a partition with no input still runs
-    (its timers), and ``run_at_every_place`` reaches every partition of every place."""
+def _doubled(records):
+    return (record * 2 for record in records)
+
+
+def test_placed_key_partitions_each_get_their_own_input_and_run_with_none(spark_connect,
+                                                                         capsys):
+    """Placement (the cluster test places them on their executors): each key partition's
+    task gets its partition's records through the dataset's own functions, and its key
+    partition as its index, also once the outputs are unioned and coalesced; a partition
+    with no input still runs (its timers); ``run_at_every_place`` reaches every partition of
+    every place; and Spark plans no exchange on the pointer's side of the cogroup."""
     from runners.spark.backends.connect import ConnectBackend
     from runners.spark.backends.connect_affinity import PointerAffinity
 
     backend = ConnectBackend.of(spark_connect)
     placement = PointerAffinity(backend, 4, enabled=True)
-    pairs = [(number % 4, number) for number in range(10) if number % 4 != 2]
-    keyed = backend.source(pairs, 2).partition_by(4)
-    for _ in range(2):  # the second batch reads the cached pointer
-        assert sorted(backend.collect(placement.run("Sum", keyed, _seen))) == [
-            (0, [0, 4, 8]), (1, [1, 5, 9]), (2, []), (3, [3, 7])]
-    assert sorted(backend.collect(placement.run("Count", backend.source([], 4), _seen))) == [
-        (partition, []) for partition in range(4)]
-    reached = placement.run_at_every_place(_seen)
-    assert sorted(reached) == sorted([(partition, []) for partition in range(4)] * 2)
-    placement.release()
+    try:
+        pairs = [(number % 4, number) for number in range(10) if number % 4 != 2]
+        keyed = backend.source(pairs, 2).partition_by(4).map_partitions(_doubled)
+        expected = [(0, [0, 8, 16]), (1, [2, 10, 18]), (2, []), (3, [6, 14])]
+        for _ in range(2):  # the second batch reads the cached pointer
+            assert sorted(backend.collect(placement.run("Sum", keyed, _seen))) == expected
+        placed = placement.run("Sum", keyed, _seen)
+        placed.frame().explain()
+        plan = capsys.readouterr().out
+        pointer_side = plan[plan.index("FlatMapCoGroupsInArrow"):plan.index("InMemoryTableScan")]
+        assert "Exchange" not in pointer_side, plan
+        timers_only = placement.run("Count", backend.source([], 4), _seen)
+        union = backend.union([placed, timers_only]).coalesce(1)
+        assert sorted(backend.collect(union)) == sorted(
+            expected + [(partition, []) for partition in range(4)])
+        reached = placement.run_at_every_place(_seen)
+        assert sorted(reached) == sorted([(partition, []) for partition in range(4)] * 2)
+        with pytest.raises(ValueError, match="partition_by"):
+            placement.run("Sum", backend.source([(0, 1)], 4), _seen)
+    finally:
+        placement.release()
 
 
 def test_a_script_ships_its_main_session_and_packages_as_session_artifacts(tmp_path):

@@ -178,22 +178,6 @@ class PartitionAffinity(abc.ABC):
         """Forget every place."""
 
 
-class UnplacedAffinity(PartitionAffinity):
-    """No placement: each partition runs where Spark puts it (one executor, or a backend
-    that cannot ask for one)."""
-
-    def __init__(self, backend: "Backend", partitions: int) -> None:
-        self.backend = backend
-        self.partitions = partitions
-
-    def run(self, place: str, dataset: Dataset, function: IndexedPartitionFunction) -> Dataset:
-        return dataset.map_partitions_with_index(function)
-
-    def run_at_every_place(self, function: IndexedPartitionFunction) -> List[Any]:
-        return self.backend.collect(self.backend.source([0], 1).map_partitions_with_index(
-            function))
-
-
 class Backend(abc.ABC):
     """One way of reaching Spark (see the module docstring)."""
 

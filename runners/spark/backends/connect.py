@@ -17,6 +17,8 @@ engine runs there unchanged; only this backend differs:
 * **metrics**: each task emits its MonitoringInfos as a report record, which the run's job
   collects with its other reports (:class:`ReportedMetrics`);
 * **names and cancelling**: job tags (:mod:`~runners.spark.backends.connect_names`);
+* **keyed streaming steps**: each cogrouped with a persisted pointer DataFrame, so that its
+  key partitions run where their stores are (:mod:`~runners.spark.backends.connect_affinity`);
 * **code**: the project's packages and what a pipeline stages are session artifacts.
 
 A session is checked once, at first use (:mod:`~runners.spark.backends.connect_checks`):
@@ -83,6 +85,7 @@ SOURCE_INLINE_BYTES = 1 << 20
 #: each plan megabytes when they rode along: 0.66 s per query).
 BROADCAST_INLINE_BYTES = 64 << 10
 
+
 def _schema(*columns: Tuple[str, Any]) -> StructType:
     return StructType([StructField(name, kind, nullable=False) for name, kind in columns])
 
@@ -106,19 +109,30 @@ class ConnectDataset(Dataset):
       persisted: ``frame`` is persisted (:meth:`unpersist` frees it).
       partitions: ``frame`` is :data:`PARTITIONED_SCHEMA` rows ``repartitionById`` into this
         many partitions (what :meth:`partition_by` makes), else None.
+      known_empty: the dataset has no records (a source of none).
     """
 
     def __init__(self, backend: "ConnectBackend", frame: Any,
                  reader: Callable[..., Iterator[Any]] = records_in,
                  steps: Tuple[Step, ...] = (), plain: bool = False,
-                 persisted: bool = False, partitions: Optional[int] = None) -> None:
+                 persisted: bool = False, partitions: Optional[int] = None,
+                 known_empty: bool = False) -> None:
         self.backend = backend
         self._frame = frame
         self._reader = reader
         self._steps = steps
         self._plain = plain
         self._persisted = persisted
-        self.partitions = partitions
+        self._partitions = partitions
+        self._known_empty = known_empty
+
+    @property
+    def partitions(self) -> Optional[int]:
+        return self._partitions
+
+    @property
+    def known_empty(self) -> bool:
+        return self._known_empty
 
     @property
     def reader(self) -> Callable[..., Iterator[Any]]:
@@ -159,10 +173,6 @@ class ConnectDataset(Dataset):
         return ConnectDataset(self.backend, grouped, groups_in)
 
     def coalesce(self, partitions: int) -> "ConnectDataset":
-        if self.partitions is not None and any(with_index for with_index, _ in self._steps):
-            # Under a coalesce a task's partition id is the coalesced partition's, and a
-            # keyed function would open another key partition's state: keep the partitions.
-            return self
         return ConnectDataset(self.backend, self.frame().coalesce(partitions), plain=True)
 
     def frame(self) -> Any:
@@ -229,6 +239,8 @@ class ConnectBackend(Backend):
     #: have fixed partition counts and no joins, so it gains nothing and costs a pipeline
     #: 10-25% here (global_sum, 2e5 events: 3.3 s without, 3.7-4.4 s with).
     SESSION_DEFAULTS = {"spark.sql.adaptive.enabled": "false"}
+    #: The schema of a DataFrame of records (what :meth:`records` takes).
+    records_schema = RECORDS_SCHEMA
     _SESSIONS: Dict[str, "ConnectBackend"] = {}  # session id -> its backend
     _REMOTES: Dict[Any, Any] = {}  # (URL, settings) -> the session the runner made
     _LOCK = threading.RLock()
@@ -288,7 +300,7 @@ class ConnectBackend(Backend):
         reader = SourceRecords(records, partitions)
         if len(reader.pickled) <= SOURCE_INLINE_BYTES:
             frame = self.session.range(0, partitions, 1, partitions)
-            return ConnectDataset(self, frame, reader)
+            return ConnectDataset(self, frame, reader, known_empty=not records)
         # Too large to ride in the task function: a DataFrame of the records, dealt.
         table = pa.table({
             rows.PARTITION: pa.array([position * partitions // len(records)
@@ -345,12 +357,16 @@ class ConnectBackend(Backend):
     def partition_affinity(self, partitions: int) -> PartitionAffinity:
         return PointerAffinity(self, partitions, enabled=not self.single_executor)
 
-    #: The schema of a DataFrame of records (what :meth:`records` takes).
-    records_schema = RECORDS_SCHEMA
-
     def records(self, frame: Any) -> ConnectDataset:
         """The records of ``frame``, a DataFrame of :attr:`records_schema`."""
         return ConnectDataset(self, frame, plain=True)
+
+    def keyed_empty(self, partitions: int) -> ConnectDataset:
+        """No records, as :meth:`ConnectDataset.partition_by` lays them out (no Python task
+        runs for it)."""
+        frame = self.session.createDataFrame([], schema=PARTITIONED_SCHEMA)
+        return ConnectDataset(self, frame.repartitionById(partitions, rows.PARTITION),
+                              partitions=partitions, known_empty=True)
 
     def working_directory(self) -> Optional[str]:
         """Where tasks run: the driver's working directory when the workers see it (relative

@@ -22,23 +22,35 @@ caching its pointer block, in every batch, the blocks spread 4 and 4 in an irreg
 blocks go with it: the next task runs anywhere, rebuilds the store there and caches the
 pointer's partition there, which becomes the partition's new home.
 
-The cogroup calls the task once per key partition: with the pointer's row, and the
-partition's input rows (none when only timers are due). On a local master there is one
-executor: nothing is placed (``enabled`` is False) and tasks run as they are.
+The cogroup calls the task once per key partition, with its key partition (the group key),
+the pointer's row, and the partition's input rows (none when only timers are due). On a
+local master there is one executor and nothing to place (``enabled`` is False), but keyed
+steps still run through the cogroup: a Connect task's partition id is not its key
+partition once the step's output is unioned with other outputs or coalesced.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import uuid
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List
 
-import pyarrow as pa
 from pyspark.storagelevel import StorageLevel
 
 from runners.spark.backends import connect_rows as rows
-from runners.spark.backends.base import Dataset, IndexedPartitionFunction, PartitionAffinity
-from runners.spark.backends.connect_tasks import PartitionTask, RecordsWriter
+from runners.spark.backends.base import IndexedPartitionFunction, PartitionAffinity
+from runners.spark.backends.connect_tasks import (
+    PartitionTask,
+    PlacedTask,
+    PointerTask,
+    RecordsWriter,
+)
+
+if TYPE_CHECKING:
+    from runners.spark.backends.connect import ConnectBackend, ConnectDataset
+
+_LOGGER = logging.getLogger(__name__)
 
 #: The pointer's column naming its run and place (what keeps pointers apart in Spark's cache).
 _PLACE = "place"
@@ -48,26 +60,30 @@ class PointerAffinity(PartitionAffinity):
     """The pointers of one streaming run's keyed steps (see the module docstring).
 
     Args:
-      backend: the session's :class:`~runners.spark.backends.connect.ConnectBackend`.
+      backend: the session's backend.
       partitions: key partitions of every keyed step.
-      enabled: False on a local master (one executor: nothing to place).
+      enabled: False on a local master (one executor: nothing to place, and
+        :meth:`run_at_every_place` runs one task).
     """
 
-    def __init__(self, backend: Any, partitions: int, enabled: bool) -> None:
+    def __init__(self, backend: "ConnectBackend", partitions: int, enabled: bool) -> None:
         self.backend = backend
         self.partitions = partitions  # the streaming loop sets it when it resumes
         self.enabled = enabled
         self._pointers: Dict[str, Any] = {}
         self._run = uuid.uuid4().hex
 
-    def run(self, place: str, dataset: Dataset, function: IndexedPartitionFunction) -> Dataset:
-        if not self.enabled:
-            return dataset.map_partitions_with_index(function)
+    def run(self, place: str, dataset: "ConnectDataset",
+            function: IndexedPartitionFunction) -> "ConnectDataset":
+        # Also on one executor (nothing to place): the cogroup hands the task its key
+        # partition, where a task's partition id would be another once the step's output is
+        # unioned with other outputs or coalesced.
         partitions = self.partitions
-        if getattr(dataset, "partitions", None) != partitions:
-            # Only a dataset made in the key partitions' layout gets here otherwise (a keyed
-            # step's input with nothing in it): its task index is the key partition.
-            dataset = dataset.map_partitions_with_index(_in_partition).partition_by(partitions)
+        if dataset.partitions != partitions:
+            if not dataset.known_empty:
+                raise ValueError(f"a keyed step's input must be made by partition_by("
+                                 f"{partitions}), not in {dataset.partitions} partitions")
+            dataset = self.backend.keyed_empty(partitions)
         task = PlacedTask(PartitionTask(dataset.reader, dataset.steps + ((True, function),),
                                         RecordsWriter(self.backend.binary),
                                         self.backend.working_directory()),
@@ -93,7 +109,7 @@ class PointerAffinity(PartitionAffinity):
     def run_at_every_place(self, function: IndexedPartitionFunction) -> List[Any]:
         """On a cluster one task per pointed partition, each where the partition's store
         lives (a narrow read of the cached pointer); on a local master one task."""
-        if not self._pointers:
+        if not self.enabled or not self._pointers:
             return self.backend.collect(self.backend.source([0], 1).map_partitions_with_index(
                 function))
         task = PointerTask(function, self.backend.binary)
@@ -103,51 +119,9 @@ class PointerAffinity(PartitionAffinity):
         return self.backend.collect(self.backend.records(union))
 
     def release(self) -> None:
-        for pointer in self._pointers.values():
-            pointer.unpersist()
-        self._pointers = {}
-
-
-def _in_partition(partition: int, records: Iterable[Any]) -> Iterator[Any]:
-    return ((partition, record) for record in records)
-
-
-class PlacedTask:
-    """What the cogroup runs for one key partition: the partition's input through the
-    dataset's functions and the step's, in the driver's working directory where the workers
-    see it (as :class:`~runners.spark.backends.connect_tasks.PartitionTask`)."""
-
-    def __init__(self, task: PartitionTask, binary: pa.DataType) -> None:
-        self.task = task
-        self.schema = pa.schema([pa.field(rows.RECORD, binary)])  # as the writer makes it
-
-    def run(self, key: Tuple[Any, ...], pointer: pa.Table, records: pa.Table) -> pa.Table:
-        """The key partition ``key[0]`` (an Arrow scalar): its pointer row (ignored) and its
-        input rows."""
-        batches = list(self.task.run_at(key[0].as_py(), records.to_batches()))
-        return pa.Table.from_batches(batches, schema=self.schema)
-
-    def function(self) -> Callable[[Tuple[Any, ...], pa.Table, pa.Table], pa.Table]:
-        """What ``applyInArrow`` takes: Spark counts its arguments (``self`` too, in a
-        bound method or a callable object) to choose whether to pass the group key."""
-        return functools.partial(_placed, self)
-
-
-def _placed(task: PlacedTask, key: Tuple[Any, ...], pointer: pa.Table,
-            records: pa.Table) -> pa.Table:
-    return task.run(key, pointer, records)
-
-
-class PointerTask:
-    """``function(partition, no records)`` once per key partition of a pointer's partition."""
-
-    def __init__(self, function: IndexedPartitionFunction, binary: pa.DataType) -> None:
-        self.function = function
-        self.binary = binary
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        results: List[Any] = []
-        for batch in batches:
-            for partition in batch.column(0).to_pylist():
-                results.extend(self.function(partition, iter(())))
-        return rows.write_records(results, self.binary)
+        pointers, self._pointers = list(self._pointers.values()), {}
+        for pointer in pointers:
+            try:
+                pointer.unpersist()
+            except Exception as error:  # a session gone: its cache went with it
+                _LOGGER.warning("could not free a keyed step's pointer: %s", error)

@@ -19,6 +19,7 @@ Everything here pickles by reference to this module, which Spark's Python worker
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pickle
@@ -27,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import pyarrow as pa
 
 from runners.spark.backends import connect_rows as rows
-from runners.spark.backends.base import Broadcast, MetricsSink
+from runners.spark.backends.base import Broadcast, IndexedPartitionFunction, MetricsSink
 from runners.spark.records import MetricUpdates
 
 #: A function still to apply to a partition: (whether it takes the partition index first,
@@ -138,6 +139,48 @@ class PartitionTask:
         for with_index, function in self.steps:
             records = function(index, records) if with_index else function(records)
         return self.writer(records)
+
+
+# ----- a keyed step's task, placed by a pointer (runners.spark.backends.connect_affinity)
+class PlacedTask:
+    """What the cogroup runs for one key partition: the partition's input through the
+    dataset's functions and the step's, in the driver's working directory where the workers
+    see it (as :class:`PartitionTask`)."""
+
+    def __init__(self, task: PartitionTask, binary: pa.DataType) -> None:
+        self.task = task
+        self.schema = pa.schema([pa.field(rows.RECORD, binary)])  # as the writer makes it
+
+    def run(self, key: Tuple[Any, ...], pointer: pa.Table, records: pa.Table) -> pa.Table:
+        """The key partition ``key[0]`` (an Arrow scalar): its pointer row (ignored) and its
+        input rows."""
+        batches = list(self.task.run_at(key[0].as_py(), records.to_batches()))
+        return pa.Table.from_batches(batches, schema=self.schema)
+
+    def function(self) -> Callable[[Tuple[Any, ...], pa.Table, pa.Table], pa.Table]:
+        """What ``applyInArrow`` takes: Spark counts its arguments (``self`` too, in a
+        bound method or a callable object) to choose whether to pass the group key."""
+        return functools.partial(_placed, self)
+
+
+def _placed(task: PlacedTask, key: Tuple[Any, ...], pointer: pa.Table,
+            records: pa.Table) -> pa.Table:
+    return task.run(key, pointer, records)
+
+
+class PointerTask:
+    """``function(partition, no records)`` once per key partition of a pointer's partition."""
+
+    def __init__(self, function: IndexedPartitionFunction, binary: pa.DataType) -> None:
+        self.function = function
+        self.binary = binary
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        results: List[Any] = []
+        for batch in batches:
+            for partition in batch.column(0).to_pylist():
+                results.extend(self.function(partition, iter(())))
+        return rows.write_records(results, self.binary)
 
 
 def _in_directory(directory: str, produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
