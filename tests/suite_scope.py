@@ -14,7 +14,8 @@
   again;
 * the DirectRunner runs of the tests outside ``tests/model``: Beam's own runner at a pinned
   version, the reference every model test is compared with in the core suite;
-* the tests of :data:`EXTENDED`, each with why it can wait.
+* the tests of :data:`EXTENDED`, and the Connect runs of :data:`CONNECT_EXTENDED`, each
+  with why it can wait.
 
 Fault tests (a process killed or restarted, nothing lost or doubled) are also marked
 ``faults`` (:data:`FAULTS`): ``make test-faults`` runs all of them; the core suite keeps a
@@ -67,6 +68,9 @@ EXTENDED: Dict[str, str] = {
         "runs it on classic, and Connect's placement on the test process's server",
     "runner/test_spark_cluster_connect.py::test_a_lost_worker_under_an_exactly_once": "Kafka "
         "exactly-once with a worker lost, through a Connect server (115 s)",
+    "job_server/test_job_server_connect.py::test_beams_wordcount_through_a_job_server_on": "Beam's "
+        "wordcount through a job server on Connect (53 s): the core suite runs the job "
+        "server on classic Spark and the runner on Connect",
     "pipelines/test_make_run.py::": "the live demo end to end, run out and interrupted (50 s "
         "and 20 s): the core suite runs its parts (team_scores on Kafka in streaming, the "
         "leaderboard, the pictures)",
@@ -74,6 +78,13 @@ EXTENDED: Dict[str, str] = {
         "streaming to files (15 s); the core suite replays it to the terminal",
     "pipelines/test_plots.py::test_team_scores_plot_option": "team_scores drawing its "
         "pictures (12 s); the core suite draws them from a real run's panes",
+}
+
+#: Node-id prefixes of tests whose Spark Connect runs are outside the core suite, and why.
+CONNECT_EXTENDED: Dict[str, str] = {
+    "kafka/test_kafka_event_time.py::": "the Kafka reader's event-time policies again on "
+        "Connect (~50 s): the connector's code is the same on both backends, and the core "
+        "suite reads, writes and runs team_scores on Kafka on Connect",
 }
 
 #: Node-id prefixes of the tests that kill or restart a process (marker ``faults``).
@@ -107,6 +118,10 @@ def is_extended(node: str, area: Optional[str], runner: Optional[str],
         return "the second embedded broker"
     if runner == "SparkConnect" and area not in CONNECT_CORE_AREAS:
         return "a Spark Connect run outside tests/model, tests/streaming and tests/kafka"
+    if runner == "SparkConnect":
+        for prefix, reason in CONNECT_EXTENDED.items():
+            if node.startswith(prefix):
+                return reason
     if runner == "DirectRunner" and area != "model":
         return "a DirectRunner run outside tests/model"
     for prefix, reason in EXTENDED.items():

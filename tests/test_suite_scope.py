@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suite_scope import COLLECTED, EXTENDED, FAULTS, is_extended
+from suite_scope import COLLECTED, CONNECT_EXTENDED, EXTENDED, FAULTS, is_extended
 
 
 def test_every_left_out_or_fault_test_named_exists():
@@ -12,7 +12,7 @@ def test_every_left_out_or_fault_test_named_exists():
     assert COLLECTED, "conftest.py did not record the collected tests"
     files = {node.split("::", 1)[0] for node in COLLECTED}
     tests = {node.split("[", 1)[0] for node in COLLECTED}
-    stale = [prefix for prefix in (*EXTENDED, *FAULTS)
+    stale = [prefix for prefix in (*EXTENDED, *CONNECT_EXTENDED, *FAULTS)
              if prefix.split("::", 1)[0] in files
              and not any(test.startswith(prefix.split("[", 1)[0]) for test in tests)]
     assert not stale, f"no collected test starts with {stale}"

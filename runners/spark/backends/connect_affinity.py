@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import Any, Dict, List
 
 from pyspark.storagelevel import StorageLevel
 
@@ -47,9 +47,6 @@ from runners.spark.backends.connect_tasks import (
     RecordsWriter,
 )
 
-if TYPE_CHECKING:
-    from runners.spark.backends.connect import ConnectBackend, ConnectDataset
-
 _LOGGER = logging.getLogger(__name__)
 
 #: The pointer's column naming its run and place (what keeps pointers apart in Spark's cache).
@@ -60,21 +57,21 @@ class PointerAffinity(PartitionAffinity):
     """The pointers of one streaming run's keyed steps (see the module docstring).
 
     Args:
-      backend: the session's backend.
+      backend: the session's :class:`~runners.spark.backends.connect.ConnectBackend` (which
+        imports this module: named here, not imported), whose datasets :meth:`run` takes.
       partitions: key partitions of every keyed step.
       enabled: False on a local master (one executor: nothing to place, and
         :meth:`run_at_every_place` runs one task).
     """
 
-    def __init__(self, backend: "ConnectBackend", partitions: int, enabled: bool) -> None:
+    def __init__(self, backend: Any, partitions: int, enabled: bool) -> None:
         self.backend = backend
         self.partitions = partitions  # the streaming loop sets it when it resumes
         self.enabled = enabled
         self._pointers: Dict[str, Any] = {}
         self._run = uuid.uuid4().hex
 
-    def run(self, place: str, dataset: "ConnectDataset",
-            function: IndexedPartitionFunction) -> "ConnectDataset":
+    def run(self, place: str, dataset: Any, function: IndexedPartitionFunction) -> Any:
         # Also on one executor (nothing to place): the cogroup hands the task its key
         # partition, where a task's partition id would be another once the step's output is
         # unioned with other outputs or coalesced.
