@@ -29,6 +29,7 @@ from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
 from project import PYTHON, QUICK_JVM_OPTIONS, REPO
 from runners.spark import SparkRunner
+from connect_fixtures import no_classic_spark, spark_connect  # noqa: F401 (fixtures)
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from triggers.panes import DescribePanes
 
@@ -105,8 +106,16 @@ def _drain_at(batch: int, holder: Dict[str, Any]):
     return listener
 
 
+@pytest.fixture(params=["classic", "connect"])
+def any_session(request):
+    """The classic test session, or the Connect one (classic Spark then unusable)."""
+    return request.getfixturevalue("spark_session" if request.param == "classic"
+                                   else "spark_connect")
+
+
 def test_a_drained_test_stream_job_gives_the_panes_of_the_end_of_input_and_a_restart_emits_nothing(
-        spark_session, tmp_path):  # noqa: F811
+        any_session, tmp_path):
+    spark_session = any_session
     expected = _direct_panes_at_end_of_input(tmp_path / "direct.jsonl")
     sink = str(tmp_path / "spark.jsonl")
     options = PipelineOptions(["--streaming", f"--checkpoint_dir={tmp_path / 'checkpoints'}"])

@@ -30,6 +30,7 @@ from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
 from runners.spark import SparkRunner
 from runners.spark.streaming.checkpoint import IncompatibleUpdateError
+from connect_fixtures import no_classic_spark, spark_connect  # noqa: F401 (fixtures)
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from test_spark_streaming_checkpoint import RunningCount
 from triggers.panes import DescribePanes
@@ -149,6 +150,18 @@ def _resume(old_checkpoint: Any, tmp_path: Any) -> str:
 ], ids=["renamed_step", "added_stateless_steps", "changed_dofn_body"])
 def test_a_compatible_update_resumes_with_the_panes_of_the_new_pipeline(
         spark_session, old_checkpoint, tmp_path, change):  # noqa: F811
+    _check_compatible_update(spark_session, old_checkpoint, tmp_path, change)
+
+
+def test_a_checkpoint_of_classic_spark_is_updated_on_spark_connect(
+        old_checkpoint, tmp_path, spark_connect):  # noqa: F811
+    """The old pipeline checkpointed on classic Spark, its update (a renamed step, mapped)
+    resumed on Spark Connect: the same checks as on classic."""
+    _check_compatible_update(spark_connect, old_checkpoint, tmp_path,
+                             {"sum_name": "Total", "mapping": {"Sum": "Total"}})
+
+
+def _check_compatible_update(spark_session, old_checkpoint, tmp_path, change) -> None:
     build = {key: value for key, value in change.items() if key != "mapping"}
     resumed = tmp_path / "resumed.jsonl"
     _run(spark_session, str(resumed), _resume(old_checkpoint, tmp_path),
