@@ -12,10 +12,7 @@ executors cannot import this test module.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
 from pathlib import Path
 
 import apache_beam as beam
@@ -24,21 +21,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-import cluster_job
-from cluster_fixtures import CLUSTER_MARKS, finish_driver, start_driver, wait_for_batches
+import lost_worker_checks as checks
+from cluster_fixtures import CLUSTER_MARKS
 from connect_fixtures import no_classic_spark  # noqa: F401 (fixture)
-from kafka_fixtures import recent_base_seconds
-from kafka_jobs import (
-    PARTITIONS,
-    PER_PARTITION,
-    finish_job,
-    game_records,
-    kill_job,
-    start_job,
-    team_scores_command,
-    topic_panes,
-)
-from project import PYTHON, QUICK_JVM
+from project import QUICK_JVM
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from runners.spark import SparkRunner
 from services.connect_server import ConnectServer
@@ -94,77 +80,22 @@ def test_a_batch_pipeline_runs_on_a_connect_server_of_the_cluster(
     session.stop()
 
 
-def _report(path: Path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
 
 def test_a_keyed_streaming_job_on_connect_keeps_its_stores_and_survives_a_lost_worker(
         two_workers, cluster_connect_server, shared_dir, spark_session, tmp_path):
-    """The cluster test of ``test_spark_cluster_streaming.py`` through the Connect server:
-    steady, each key partition's task goes back to the executor that holds its store (no
-    store rebuilt in any batch); worker 1 SIGKILLed mid-stream, the job finishes on worker
-    0, which rebuilds the lost partitions' stores from the checkpoint, and writes what
-    classic ``local[2]`` writes."""
-    batches, before_kill = 14, 12
-    panes, report, log = shared_dir / "panes", shared_dir / "report.jsonl", tmp_path / "job.log"
-    driver = start_driver([PYTHON, str(Path(cluster_job.__file__)), str(panes),
-                           "--batches", str(batches), "--spark_parallelism", "4",
-                           "--checkpoint_dir", str(shared_dir / "checkpoints"),
-                           "--streaming_report", str(report),
-                           f"--spark_remote={cluster_connect_server.url}"], log)
-    try:
-        wait_for_batches(driver, report, before_kill, log)
-        killed = two_workers.kill_worker(1)
-        assert len(killed) >= 3, killed  # the worker, its executor, its Python daemon
-        expected = cluster_job.local_records(spark_session, tmp_path / "local", batches)
-        finish_driver(driver, log)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-        two_workers.start_worker(1)
-
-    # At-least-once: panes of the batch in flight may be written again, as the same files.
-    assert cluster_job.read_records(str(panes)) == expected
-    lines = _report(report)
-    # The sum's GroupByKey, and the stateful stage (named after its fused transforms).
-    steps = sorted(lines[-1]["stores_loaded"])
-    count = next(step for step in steps if "Count" in step)
-    assert len(steps) == 2 and "Sum/GroupByKey" in steps
-    assert max(line["state_keys"][count] for line in lines) == len(cluster_job.KEYS)
-    loaded = [sum(line["stores_loaded"].values()) for line in lines]
-    assert sum(loaded[:before_kill]) == 0, loaded  # steady: every store stayed where it was
-    assert sum(loaded[before_kill:]) > 0, loaded  # the lost executor's partitions moved
+    """The classic cluster test's keyed job through the Connect server (placed by the cached
+    pointers): :func:`lost_worker_checks.check_keyed_job_keeps_its_stores_and_survives_a_lost_worker`."""
+    checks.check_keyed_job_keeps_its_stores_and_survives_a_lost_worker(
+        two_workers, shared_dir, spark_session, tmp_path,
+        f"--spark_remote={cluster_connect_server.url}")
 
 
 def test_a_lost_worker_under_an_exactly_once_kafka_job_on_connect_leaves_the_output_whole(
         two_workers, cluster_connect_server, shared_dir, kafka, kafka_broker_kind, tmp_path):
-    """Kafka -> team_scores -> Kafka with the transactional sink, through the Connect
-    server: a worker lost mid-stream leaves a read-committed output equal to an
-    uninterrupted run's (on classic ``local[2]``)."""
+    """:func:`lost_worker_checks.check_exactly_once_kafka_output_whole_after_a_lost_worker`
+    through the Connect server."""
     if kafka_broker_kind != "noida":
         pytest.skip(f"{kafka_broker_kind} does not isolate aborted transactions (WriteToKafka "
                     "refuses --exactly_once there: tests/kafka/test_kafka_write.py)")
-    source = kafka.create_topic(partitions=PARTITIONS)
-    kafka.produce(source, game_records(recent_base_seconds(), PARTITIONS, PER_PARTITION))
-    reference_topic, output = kafka.create_topic(), kafka.create_topic()
-    reference_log, log = tmp_path / "reference.log", tmp_path / "cluster.log"
-    report = shared_dir / "report.jsonl"
-    reference = start_job(team_scores_command(kafka, source, reference_topic,
-                                              tmp_path / "reference", True), reference_log)
-    driver = start_driver(team_scores_command(kafka, source, output, shared_dir / "checkpoints",
-                                              True)
-                          + ["--streaming_report", str(report), "--spark_parallelism", "2",
-                             f"--spark_remote={cluster_connect_server.url}"], log)
-    try:
-        wait_for_batches(driver, report, 3, log)
-        two_workers.kill_worker(1)
-        finish_driver(driver, log)
-        finish_job(reference, reference_log)
-    finally:
-        for job in (reference, driver):
-            kill_job(job)
-        two_workers.start_worker(1)
-
-    expected = topic_panes(kafka.bootstrap_servers, reference_topic, committed_only=True)
-    assert {json.loads(pane)["pane"]["timing"] for pane in expected} == {"ON_TIME", "LATE"}
-    assert topic_panes(kafka.bootstrap_servers, output, committed_only=True) == expected
+    checks.check_exactly_once_kafka_output_whole_after_a_lost_worker(
+        two_workers, shared_dir, kafka, tmp_path, f"--spark_remote={cluster_connect_server.url}")

@@ -16,11 +16,10 @@ import os
 import signal
 from pathlib import Path
 
-import apache_beam as beam
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 
 import cluster_job
+import lost_worker_checks as checks
 from cluster_fixtures import (
     CLUSTER_MARKS,
     finish_driver,
@@ -28,69 +27,17 @@ from cluster_fixtures import (
     start_driver,
     wait_for_batches,
 )
-from kafka_fixtures import recent_base_seconds
-from kafka_jobs import (
-    PARTITIONS,
-    PER_PARTITION,
-    finish_job,
-    game_records,
-    kill_job,
-    start_job,
-    team_scores_command,
-    topic_panes,
-)
 from project import PYTHON, REPO
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 pytestmark = CLUSTER_MARKS
-JOB = str(Path(cluster_job.__file__))
-#: TestStream batches of data (each one a report line, its watermark advance another).
-BATCHES = 14
-
-
-def _report(path: Path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _job_command(cluster, panes: Path, checkpoints: str, report: Path, batches: int,
-                 *options: str):
-    return [PYTHON, JOB, str(panes), "--batches", str(batches), "--spark_parallelism", "4",
-            "--checkpoint_dir", checkpoints, "--streaming_report", str(report),
-            *runner_options(cluster), *options]
 
 
 def test_a_keyed_streaming_job_keeps_its_stores_and_survives_a_lost_worker(
         two_workers, shared_dir, spark_session, tmp_path):
-    """Steady, each key partition's task goes back to the executor that holds its store: no
-    store is rebuilt in any batch. Then worker 1, its executor and its Python workers are
-    SIGKILLed mid-stream: the job finishes on worker 0, whose tasks rebuild the lost
-    partitions' stores from the checkpoint location, and writes what ``local[2]`` writes."""
-    panes, report, log = shared_dir / "panes", shared_dir / "report.jsonl", tmp_path / "job.log"
-    before_kill = 12  # report lines (a TestStream event each)
-    driver = start_driver(_job_command(two_workers, panes, str(shared_dir / "checkpoints"),
-                                       report, BATCHES), log)
-    try:
-        wait_for_batches(driver, report, before_kill, log)
-        killed = two_workers.kill_worker(1)
-        assert len(killed) >= 3, killed  # the worker, its executor, its Python daemon
-        expected = cluster_job.local_records(spark_session, tmp_path / "local", BATCHES)
-        finish_driver(driver, log)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-        two_workers.start_worker(1)
-
-    # At-least-once: panes of the batch in flight may be written again, as the same files.
-    assert cluster_job.read_records(str(panes)) == expected
-    lines = _report(report)
-    # The sum's GroupByKey, and the stateful stage (named after its fused transforms).
-    steps = sorted(lines[-1]["stores_loaded"])
-    count = next(step for step in steps if "Count" in step)
-    assert len(steps) == 2 and "Sum/GroupByKey" in steps
-    assert max(line["state_keys"][count] for line in lines) == len(cluster_job.KEYS)
-    loaded = [sum(line["stores_loaded"].values()) for line in lines]
-    assert sum(loaded[:before_kill]) == 0, loaded  # steady: every store stayed where it was
-    assert sum(loaded[before_kill:]) > 0, loaded  # the lost executor's partitions moved
+    """See :func:`lost_worker_checks.check_keyed_job_keeps_its_stores_and_survives_a_lost_worker`."""
+    checks.check_keyed_job_keeps_its_stores_and_survives_a_lost_worker(
+        two_workers, shared_dir, spark_session, tmp_path, *runner_options(two_workers))
 
 
 def test_a_job_killed_and_restarted_from_a_checkpoint_on_s3_ends_with_the_same_panes(
@@ -100,9 +47,9 @@ def test_a_job_killed_and_restarted_from_a_checkpoint_on_s3_ends_with_the_same_p
     rebuilt from the state files in the bucket, on whichever executor)."""
     batches = 10
     panes, report = shared_dir / "panes", shared_dir / "report.jsonl"
-    command = _job_command(two_workers, panes, f"s3://{s3_bucket.name}/checkpoints", report,
-                           batches, "--checkpoint_interval_batches", "2",
-                           *s3_bucket.options)
+    command = checks.keyed_job_command(panes, f"s3://{s3_bucket.name}/checkpoints", report,
+                                       batches, "--checkpoint_interval_batches", "2",
+                                       *s3_bucket.options, *runner_options(two_workers))
     log_1, log_2 = tmp_path / "run-1.log", tmp_path / "run-2.log"
     run_1 = start_driver(command, log_1)
     try:
@@ -118,7 +65,7 @@ def test_a_job_killed_and_restarted_from_a_checkpoint_on_s3_ends_with_the_same_p
     run_2 = start_driver(command, log_2)
     expected = cluster_job.local_records(spark_session, tmp_path / "local", batches)
     finish_driver(run_2, log_2)
-    resumed = _report(report)[reported]
+    resumed = checks.report_lines(report)[reported]
     assert resumed["batch"] >= 6, "run 2 resumed from run 1's checkpoint"
     assert cluster_job.read_records(str(panes)) == expected
 
@@ -215,34 +162,9 @@ def test_executors_without_the_project_run_a_pipeline_of_the_users_own_module(
 
 def test_a_lost_worker_under_an_exactly_once_kafka_job_leaves_the_committed_output_whole(
         two_workers, shared_dir, kafka, kafka_broker_kind, tmp_path):
-    """Kafka -> team_scores -> Kafka with the transactional sink: a worker lost mid-stream
-    (its bundles' open transactions die with it, their tasks run again on the other
-    executor) leaves a read-committed output equal to an uninterrupted run's."""
+    """See :func:`lost_worker_checks.check_exactly_once_kafka_output_whole_after_a_lost_worker`."""
     if kafka_broker_kind != "noida":
         pytest.skip(f"{kafka_broker_kind} does not isolate aborted transactions (WriteToKafka "
                     "refuses --exactly_once there: tests/kafka/test_kafka_write.py)")
-    source = kafka.create_topic(partitions=PARTITIONS)
-    kafka.produce(source, game_records(recent_base_seconds(), PARTITIONS, PER_PARTITION))
-    reference_topic, output = kafka.create_topic(), kafka.create_topic()
-    reference_log, log = tmp_path / "reference.log", tmp_path / "cluster.log"
-    report = shared_dir / "report.jsonl"
-    reference = start_job(team_scores_command(kafka, source, reference_topic,
-                                              tmp_path / "reference", True), reference_log)
-    # The same job on the cluster (a later --spark_parallelism wins: both executors work).
-    driver = start_driver(team_scores_command(kafka, source, output, shared_dir / "checkpoints",
-                                              True)
-                          + ["--streaming_report", str(report), "--spark_parallelism", "2",
-                             *runner_options(two_workers)], log)
-    try:
-        wait_for_batches(driver, report, 3, log)
-        two_workers.kill_worker(1)
-        finish_driver(driver, log)
-        finish_job(reference, reference_log)
-    finally:
-        for job in (reference, driver):
-            kill_job(job)
-        two_workers.start_worker(1)
-
-    expected = topic_panes(kafka.bootstrap_servers, reference_topic, committed_only=True)
-    assert {json.loads(pane)["pane"]["timing"] for pane in expected} == {"ON_TIME", "LATE"}
-    assert topic_panes(kafka.bootstrap_servers, output, committed_only=True) == expected
+    checks.check_exactly_once_kafka_output_whole_after_a_lost_worker(
+        two_workers, shared_dir, kafka, tmp_path, *runner_options(two_workers))
