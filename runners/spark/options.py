@@ -20,6 +20,8 @@ Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
 ``--checkpoint_dir DIR``           checkpoint the loop to DIR and resume from it on restart
                                    (see :mod:`runners.spark.streaming.checkpoint`)
 ``--checkpoint_interval_batches N``  micro-batches between checkpoints (default 10)
+``--storage_retry_seconds S``      how long one operation of the checkpoint location retries
+                                   transient errors before the batch fails (default 180)
 ``--streaming_compact_rounds B``   on a local master, run a round that holds little in one
                                    task (default true; see :mod:`runners.spark.streaming.
                                    compact_round`)
@@ -133,6 +135,14 @@ class SparkRunnerOptions(PipelineOptions):
             "by itself). Default: 10.",
         )
         parser.add_argument(
+            "--storage_retry_seconds",
+            type=float,
+            default=180.0,
+            help="Streaming: how long one read or write of --checkpoint_dir (a state file, a "
+            "checkpoint) retries transient errors (throttling, server errors, resets, "
+            "timeouts), with exponential backoff, before the batch fails. Default: 180.",
+        )
+        parser.add_argument(
             "--streaming_compact_rounds",
             type=_boolean,
             default=True,
@@ -174,7 +184,8 @@ def validated(options: PipelineOptions) -> "SparkRunnerOptions":
         value = getattr(view, flag)
         if value is not None and value < 1:
             raise ValueError(f"--{flag}={value}: give a positive whole number, or leave it unset")
-    for flag in ("batch_interval_seconds", "streaming_timeout_seconds"):
+    for flag in ("batch_interval_seconds", "streaming_timeout_seconds",
+                 "storage_retry_seconds"):
         value = getattr(view, flag)
         if value is not None and value <= 0:
             raise ValueError(f"--{flag}={value}: give a positive number of seconds")

@@ -62,8 +62,9 @@ class StepReport(NamedTuple):
     next_processing_wake: Optional[int] = None  # earliest processing-time timer
     loaded: bool = False  # the store was rebuilt from the checkpoint location
     #: the state file written to the checkpoint location (a ``state_files.StateFile``)
-    written: Optional[Tuple[str, int, int]] = None
+    written: Optional[Tuple[str, int, int, str, str]] = None
     commit: bytes = b""  # the id of the store's commit of ``version``
+    storage_retries: int = 0  # transient storage errors the task's process retried
 
 
 class Residual(NamedTuple):

@@ -36,6 +36,7 @@ from runners.spark.execution import PlanExecution
 from runners.spark.result import ProgressListener, SparkPipelineResult
 from runners.spark.streaming.loop import StreamingExecution
 from runners.spark.streaming.storage import DurableStorage
+from runners.spark.streaming.storage_faults import take_retries
 from runners.spark.streaming.update import NameMapping
 
 _LOGGER = logging.getLogger(__name__)
@@ -104,7 +105,9 @@ class SparkRunner(PipelineRunner):
         if view.checkpoint_dir and not streaming:
             raise ValueError(f"--checkpoint_dir={view.checkpoint_dir}: checkpoints are for "
                              "--streaming runs (a batch run restarts from its input)")
-        checkpoint_storage = (DurableStorage.open(view.checkpoint_dir, options)
+        take_retries()  # the storage retries of this process's earlier runs are not this one's
+        checkpoint_storage = (DurableStorage.open(view.checkpoint_dir, options,
+                                                  retry_seconds=view.storage_retry_seconds)
                               if view.checkpoint_dir else None)
         plan = planning.plan(proto, streaming=streaming, native_reshuffle=not (
             options.is_compat_version_prior_to(RESHUFFLE_KEEPS_PANES_SINCE)))

@@ -125,7 +125,9 @@ def test_every_commit_writes_its_changes_and_they_rebuild_the_store_elsewhere(tm
         for key in (b"a", b"b", b"c"):
             state.put(key, KeyState(key * 3, wake_event=ord(key), hold=ord(key)))
     first = state.written
-    assert first == StateFile("delta", 1, first.size, state.commit.hex()) and not state.loaded
+    assert first == StateFile("delta", 1, first.size, state.commit.hex(),
+                              first.checksum) and not state.loaded
+    assert len(first.checksum) == 8
     durable = durable_state(tmp_path, [first])
     # Version 2: b changes, c goes.
     with PartitionState.open(location, VersionPlan(1, 2, durable)) as state:

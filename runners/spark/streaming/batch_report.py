@@ -9,7 +9,9 @@ watermark of the last keyed step) and ``spark_jobs`` (Spark jobs the batch ran);
 step (GroupByKey or stateful stage) gauges ``input_watermark_millis``,
 ``output_watermark_millis``, ``state_keys`` (keys holding state after the batch),
 ``state_bytes`` (their encoded state), a distribution ``state_keys_per_batch`` and a
-counter ``stores_loaded`` (stores rebuilt from the checkpoint location); per
+counter ``stores_loaded`` (stores rebuilt from the checkpoint location); counter
+``storage_retries`` (transient errors of the checkpoint location retried, by the driver and
+the tasks: :mod:`~runners.spark.streaming.storage_faults`); per
 splittable DoFn (step: its name) gauges ``input_watermark_millis``,
 ``output_watermark_millis`` and ``residuals``.
 
@@ -38,6 +40,8 @@ stable format, for live progress and plots; later fields may be added, none remo
      "stores_loaded": {"Sum/GroupByKey": 0},     # per keyed step: key partitions whose store
                                  # was rebuilt from the checkpoint location (a task that ran
                                  # on another executor than the store's, or a new executor)
+     "storage_retries": 0,       # transient errors of --checkpoint_dir retried since the
+                                 # previous report (the driver's and the keyed tasks')
      "side_input_elements": {"Rates/Map": 12},   # per side input (its PCollection): kept
      "held_for_side_inputs": 0}  # main elements waiting for their side inputs to be ready
 
@@ -58,6 +62,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import DistributionData, GaugeData, monitoring_infos
 from runners.spark.metrics import pack
+from runners.spark.streaming.storage_faults import take_retries
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -91,6 +96,7 @@ class BatchReporter:
         millis = int((now - batch_started) * 1000)
         steps = list(state.steps.values())
         inputs = sum(step.inputs for step in steps)
+        retries = take_retries() + sum(step.storage_retries for step in steps)
         since = batch_started if self._previous_start is None else self._previous_start
         self._previous_start = batch_started
         rate = delivered / max(now - since, 1e-3)
@@ -113,6 +119,7 @@ class BatchReporter:
                  "state_bytes": {step.name: step.state_bytes for step in steps},
                  "touched_keys": {step.name: step.touched for step in steps},
                  "stores_loaded": {step.name: step.loaded for step in steps},
+                 "storage_retries": retries,
                  "side_input_elements": state.side_input_sizes(),
                  "held_for_side_inputs": state.held.count()}
         self.history.append(entry)
@@ -120,9 +127,11 @@ class BatchReporter:
             with open(self.report_path, "a", encoding="utf-8") as report:
                 report.write(json.dumps(entry, sort_keys=True) + "\n")
         _LOGGER.info("streaming batch %d: %d keyed inputs (%.0f/s), %d ms, %d Spark jobs, lag %s s, "
-                     "output watermarks %s", batch, inputs, rate, millis, jobs,
-                     "-" if lag is None else f"{lag:.1f}", entry["output_watermarks"])
+                     "output watermarks %s%s", batch, inputs, rate, millis, jobs,
+                     "-" if lag is None else f"{lag:.1f}", entry["output_watermarks"],
+                     f", {retries} storage retries" if retries else "")
         self._metrics(inputs, delivered, millis, rate, lag, jobs, steps, splittable, state)
+        self._count_retries(retries)
         for listener in list(self.listeners):
             try:
                 listener(dict(entry))
@@ -130,6 +139,16 @@ class BatchReporter:
                 _LOGGER.warning("streaming: the progress listener %r failed on batch %d",
                                 listener, batch, exc_info=True)
         return entry
+
+    def count_late_storage_retries(self) -> None:
+        """Count the retries the driver made after the last batch's report (its final
+        checkpoint) in the ``storage_retries`` counter."""
+        self._count_retries(take_retries())
+
+    def _count_retries(self, retries: int) -> None:
+        if retries:
+            self.metrics.add(pack([monitoring_infos.int64_user_counter(
+                METRICS_NAMESPACE, "storage_retries", retries, "loop")]))
 
     def _metrics(self, inputs: int, delivered: int, millis: int, rate: float,
                  lag: Optional[float], jobs: int, steps: List[Any],

@@ -31,6 +31,7 @@ from runners.spark.streaming.state_store import (
     remove_run,
 )
 from runners.spark.streaming.storage import DurableStorage
+from runners.spark.streaming.storage_faults import take_retries
 
 #: Rounds of due timers one key may fire in one batch before the runner calls it a loop.
 MAX_TIMER_ROUNDS = 10000
@@ -114,7 +115,7 @@ class KeyedBatch:
         return StepReport(self.step, partition, self.target, summary.keys,
                           summary.state_bytes, inputs, outputs, store.touched, summary.hold,
                           summary.next_event_wake, summary.next_processing_wake,
-                          store.loaded, store.written, store.commit)
+                          store.loaded, store.written, store.commit, take_retries())
 
 
 def remove_run_partition(run: str, partition: int, records: Any) -> Iterator[int]:

@@ -55,6 +55,7 @@ class KeyedStep:
         self.touched = 0  # keys read and written in the current batch
         self.version = 0  # the store version of every partition (0: never ran)
         self.loaded = 0  # stores rebuilt from the checkpoint location in the current batch
+        self.storage_retries = 0  # transient storage errors its tasks retried, this batch
         #: partition -> the state files that rebuild its store (with a checkpoint location)
         self.chains: Dict[int, Tuple[StateFile, ...]] = {}
         self.partition_bytes: Dict[int, int] = {}  # partition -> its encoded state
@@ -72,7 +73,7 @@ class KeyedStep:
                     and self.next_processing_wake <= clock_micros))
 
     def start_batch(self) -> None:
-        self.inputs = self.outputs = self.touched = self.loaded = 0
+        self.inputs = self.outputs = self.touched = self.loaded = self.storage_retries = 0
 
     def skip(self, input_watermark: Timestamp) -> None:
         """Nothing to do at this watermark: only the watermarks move."""
@@ -102,6 +103,7 @@ class KeyedStep:
         self.next_event_wake = _earliest(report.next_event_wake for report in reports)
         self.next_processing_wake = _earliest(report.next_processing_wake for report in reports)
         self.loaded += sum(1 for report in reports if report.loaded)
+        self.storage_retries += sum(report.storage_retries for report in reports)
         for report in reports:
             self.partition_bytes[report.partition] = report.state_bytes
             self.commits[report.partition] = report.commit

@@ -218,6 +218,7 @@ class StreamingExecution:
                     max(0.0, self.batch_interval - (time.time() - batch_started)))
         if checkpoints.enabled and checkpoints.written_batch != self.batches:
             checkpoints.write(self, sources, clock)
+        self.reporter.count_late_storage_retries()
         if self.draining:
             _LOGGER.info("streaming: drained after batch %d%s", self.batches - 1,
                          f"; final checkpoint in {checkpoints.directory}"

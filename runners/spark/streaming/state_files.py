@@ -18,6 +18,12 @@ itself (at least :data:`SNAPSHOT_MIN_BYTES`), or number :data:`MAX_DELTAS`: a re
 reads at most about twice the state, and the snapshots cost about as much again as the
 deltas.
 
+Every file's CRC-32C is in the chain beside its size (the task computes it as it writes the
+file; the driver keeps it in the checkpoint manifest), and a file is checked against both
+before a store is rebuilt from it: a file changed after it was written (bit rot, a torn
+write, a bad copy between buckets) raises :class:`CorruptStateFileError` naming the file,
+never loads.
+
 A delta's layout (no pickle: reading one runs no code)::
 
     b"BEAMSTATEDELTA" format(u32) version(u64) count(u64)
@@ -26,6 +32,13 @@ A delta's layout (no pickle: reading one runs no code)::
 >>> data = encode_delta(7, [(b"k1", b"row"), (b"k2", None)])
 >>> decode_delta(data)
 (7, [(b'k1', b'row'), (b'k2', None)])
+>>> checksum(data)
+'fb7efc3b'
+>>> verify("delta-7.bin", StateFile("delta", 7, len(data), "", "fb7efc3b"), data)
+>>> verify("delta-7.bin", StateFile("delta", 7, len(data), "", "00000000"), data)
+Traceback (most recent call last):
+...
+runners.spark.streaming.state_files.CorruptStateFileError: delta-7.bin fails its checksum: CRC-32C fb7efc3b, written as 00000000 (57 bytes, as written)
 >>> file_name(StateFile("snapshot", 40, 0, "5eedc0de"))
 'snapshot-000000000040-5eedc0de.mdb'
 """
@@ -33,8 +46,11 @@ A delta's layout (no pickle: reading one runs no code)::
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
 from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+import crc32c
 
 from runners.spark.streaming.storage import DurableStorage
 
@@ -49,19 +65,59 @@ _LENGTH = struct.Struct(">I")
 _DELETED = 0xFFFFFFFF
 
 
+#: Bytes read at a time when a local file's checksum is computed.
+_CHECKSUM_BYTES = 8 << 20
+
+
 class StateFileError(RuntimeError):
     """A state file that cannot be read (damaged, or of another format)."""
 
 
+class CorruptStateFileError(StateFileError):
+    """A state file whose bytes are not the ones written (its size or CRC-32C differs)."""
+
+
 class StateFile(NamedTuple):
     """One file of a partition's chain: ``"delta"`` or ``"snapshot"``, the store version it
-    brings the partition to, its size in bytes, and the id of the commit that wrote it (two
-    attempts of one task each write their own file; the chain names the accepted one)."""
+    brings the partition to, its size in bytes, the id of the commit that wrote it (two
+    attempts of one task each write their own file; the chain names the accepted one) and
+    its CRC-32C (hex; empty in chains of runners before checksums)."""
 
     kind: str
     version: int
     size: int
     commit: str = ""
+    checksum: str = ""
+
+
+def checksum(data: bytes, value: int = 0) -> str:
+    """The CRC-32C of ``data`` as 8 hex digits."""
+    return f"{crc32c.crc32c(data, value) & 0xFFFFFFFF:08x}"
+
+
+def file_checksum(local_path: str) -> str:
+    """The CRC-32C of a local file, read in chunks."""
+    value = 0
+    with open(local_path, "rb") as file:
+        for chunk in iter(lambda: file.read(_CHECKSUM_BYTES), b""):
+            value = crc32c.crc32c(chunk, value)
+    return f"{value & 0xFFFFFFFF:08x}"
+
+
+def verify(where: str, state_file: StateFile, data: "bytes | None" = None,
+           local_path: Optional[str] = None) -> None:
+    """Raise :class:`CorruptStateFileError` unless the file's bytes (``data``, or the local
+    copy at ``local_path``) have the size and CRC-32C the chain recorded for it."""
+    import os
+
+    size = len(data) if data is not None else os.path.getsize(local_path)
+    found = checksum(data) if data is not None else file_checksum(local_path)
+    if size != state_file.size or (state_file.checksum and found != state_file.checksum):
+        sizes = ("as written" if size == state_file.size
+                 else f"{state_file.size} when written")
+        raise CorruptStateFileError(
+            f"{where} fails its checksum: CRC-32C {found}, written as "
+            f"{state_file.checksum or 'unknown'} ({size} bytes, {sizes})")
 
 
 def file_name(state_file: StateFile) -> str:
@@ -92,21 +148,28 @@ class DurableState:
     def write_delta(self, version: int, rows: Sequence[Tuple[bytes, Optional[bytes]]],
                     commit: str = "") -> StateFile:
         data = encode_delta(version, rows)
-        state_file = StateFile("delta", version, len(data), commit)
+        state_file = StateFile("delta", version, len(data), commit, checksum(data))
         self.storage.write(self.path(state_file), data)
         return state_file
 
     def write_snapshot(self, version: int, local_file: str, commit: str = "") -> StateFile:
         """Upload ``local_file`` (a compact copy of the store at ``version``)."""
         path = self.path(StateFile("snapshot", version, 0, commit))
-        return StateFile("snapshot", version, self.storage.upload(local_file, path), commit)
+        digest = file_checksum(local_file)
+        return StateFile("snapshot", version, self.storage.upload(local_file, path), commit,
+                         digest)
 
     def read_snapshot(self, state_file: StateFile, local_file: str) -> None:
-        self.storage.download(self.path(state_file), local_file)
+        """Download the snapshot to ``local_file``, checked against its size and checksum."""
+        path = self.path(state_file)
+        self.storage.download(path, local_file)
+        verify(path, state_file, local_path=local_file)
 
     def read_delta(self, state_file: StateFile) -> List[Tuple[bytes, Optional[bytes]]]:
         path = self.path(state_file)
-        version, rows = decode_delta(self.storage.read(path), path)
+        data = self.storage.read(path)
+        verify(path, state_file, data)
+        version, rows = decode_delta(data, path)
         if version != state_file.version:
             raise StateFileError(f"{path} holds version {version}, not {state_file.version}")
         return rows

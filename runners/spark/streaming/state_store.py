@@ -54,7 +54,9 @@ cache: a task on any executor rebuilds it. Nothing passes through the driver.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import os
 import re
@@ -62,11 +64,17 @@ import shutil
 import struct
 import tempfile
 import zlib
-from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import lmdb
 
-from runners.spark.streaming.state_files import DurableState, StateFile
+from runners.spark.streaming.state_files import (
+    CorruptStateFileError,
+    DurableState,
+    StateFile,
+    file_name,
+)
+from runners.spark.streaming.storage_faults import full_disk
 
 #: Sentinel for "no timestamp" in a row header.
 _NONE = 2**63 - 1
@@ -76,6 +84,8 @@ _META = struct.Struct(">q")
 _DATABASES = ("rows", "event_wakes", "processing_wakes", "holds", "undo", "meta")
 #: A store's memory map starts at this size and doubles when half used.
 INITIAL_MAP_BYTES = 1 << 30
+#: Disk space is reserved for a store in steps of this many bytes (see :func:`_reserve`).
+_RESERVE_STEP = 8 << 20
 #: Open environments per Python worker process (least recently used ones are closed).
 _ENVIRONMENT_LIMIT = 64
 #: The run directories of state on an executor are named so (see :func:`executor_root`).
@@ -236,6 +246,7 @@ def _environment(path: str) -> Tuple[Any, Dict[str, Any]]:
     if cached is None or cached.identity != _identity(path):
         if cached is not None:
             cached.environment.close()
+        _RESERVED.pop(path, None)
         # Stores of runs that ended (their directories removed) are closed: their memory
         # maps would keep the deleted files' disk space.
         for stale in [other for other in _ENVIRONMENTS if not os.path.isdir(other)]:
@@ -258,6 +269,7 @@ def _environment(path: str) -> Tuple[Any, Dict[str, Any]]:
 
 
 def _forget(path: str) -> None:
+    _RESERVED.pop(path, None)
     cached = _ENVIRONMENTS.pop(path, None)
     if cached is not None:
         cached.environment.close()
@@ -273,6 +285,49 @@ def _ensure_room(environment: Any) -> None:
         size *= 2
     if size != info["map_size"]:
         environment.set_mapsize(size)
+
+
+#: path -> bytes of its data file known to be allocated on disk (see :func:`_reserve`)
+_RESERVED: Dict[str, int] = {}
+
+
+def _reserve(environment: Any, path: str, keys: int, data_bytes: int) -> None:
+    """Allocate disk space for a write transaction of ``keys`` keys and ``data_bytes`` bytes
+    before it runs.
+
+    A store is written through its memory map (``writemap``) into a sparse file: on a full
+    disk the page fault that needs a new block kills the Python worker with SIGBUS, an
+    error nobody can read. So the data file's blocks are allocated ahead
+    (``posix_fallocate``, which fails cleanly with ENOSPC): enough for the pages the
+    transaction can copy (8 a key: its row, its undo record and its index entries, each on
+    a page of its own at worst; never more than the pages in use, as a transaction copies a
+    page once) and three times its data. A store thus keeps about 32 KiB per key of a
+    batch allocated beyond its pages in use."""
+    info, stat = environment.info(), environment.stat()
+    page = stat["psize"]
+    used = (info["last_pgno"] + 1) * page
+    needed = used + min(keys * 8 * page, used) + 3 * data_bytes + (4 << 20)
+    # Within the map: LMDB writes no page beyond it (a fuller map grows first).
+    needed = min(-(-needed // _RESERVE_STEP) * _RESERVE_STEP, info["map_size"])
+    if needed <= _RESERVED.get(path, 0):
+        return
+    data_file = os.path.join(path, "data.mdb")
+    descriptor = os.open(data_file, os.O_RDWR)
+    try:
+        os.posix_fallocate(descriptor, 0, needed)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem without it
+                _RESERVED[path] = needed
+                return
+            raise
+        allocated = os.stat(data_file).st_blocks * 512
+        raise full_disk(f"writing the state store {path} (an executor local directory: "
+                        "spark.local.dir, or the directories YARN or Kubernetes give it)",
+                        path, max(needed - allocated, 0)) from error
+    finally:
+        os.close(descriptor)
+    _RESERVED[path] = needed
 
 
 class PartitionState:
@@ -307,6 +362,7 @@ class PartitionState:
         path = location.path()
         environment, databases = _environment(path)
         _ensure_room(environment)
+        _reserve(environment, path, *_undo_size(environment, databases))
         txn = environment.begin(write=True)
         loaded = False
         try:
@@ -334,8 +390,12 @@ class PartitionState:
         self._txn.abort()
         if error_type is not None:
             return
+        path = self.location.path()
+        data_bytes = sum(len(key) + (0 if state is None else len(state.blob)) + 64
+                         for key, state in self._writes.items())
         for _ in range(32):
             try:
+                _reserve(self._environment, path, len(self._writes), data_bytes)
                 self.summary, rows = self._apply()
                 break
             except lmdb.MapFullError:  # the task wrote more than the map had free
@@ -354,7 +414,13 @@ class PartitionState:
             return durable.write_delta(self.plan.target, rows, commit)
         copy = tempfile.mkdtemp(prefix=".snapshot-", dir=self.location.root)
         try:
-            self._environment.copy(copy, compact=True)
+            try:
+                self._environment.copy(copy, compact=True)
+            except lmdb.Error as error:
+                if "No space left" not in str(error) and "Disk quota" not in str(error):
+                    raise
+                raise full_disk(f"copying the state store {self.location.path()} for a "
+                                "snapshot", copy, _used_bytes(self._environment)) from error
             return durable.write_snapshot(self.plan.target, os.path.join(copy, "data.mdb"),
                                           commit)
         finally:
@@ -437,6 +503,18 @@ class PartitionState:
         return summary, written
 
 
+def _used_bytes(environment: Any) -> int:
+    return (environment.info()["last_pgno"] + 1) * environment.stat()["psize"]
+
+
+def _undo_size(environment: Any, databases: Dict[str, Any]) -> Tuple[int, int]:
+    """Keys and bytes of the undo records: what a rollback writes back."""
+    with environment.begin() as txn:
+        stat = txn.stat(databases["undo"])
+    pages = stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
+    return stat["entries"], pages * stat["psize"]
+
+
 def _first(txn: Any, databases: Dict[str, Any], name: str) -> Optional[int]:
     cursor = txn.cursor(db=databases[name])
     return _from_sortable(cursor.key()) if cursor.first() else None
@@ -512,28 +590,34 @@ def _rebuild(location: StoreLocation, plan: VersionPlan, found: int) -> Tuple[An
     _forget(path)
     shutil.rmtree(path, ignore_errors=True)
     try:
-        return _rebuild_from(path, plan)
+        return _rebuild_from(location, plan)
     except BaseException:
         _forget(path)
         shutil.rmtree(path, ignore_errors=True)
         raise
 
 
-def _rebuild_from(path: str, plan: VersionPlan) -> Tuple[Any, Dict[str, Any]]:
+def _rebuild_from(location: StoreLocation, plan: VersionPlan) -> Tuple[Any, Dict[str, Any]]:
+    path = location.path()
     durable = plan.durable
-    chain = list(durable.chain) if plan.previous != 0 else []
+    whole_chain = list(durable.chain) if plan.previous != 0 else []
+    chain = whole_chain
     if chain and chain[0].kind == "snapshot":
         os.makedirs(path)
         incoming = os.path.join(path, "data.mdb.incoming")
-        durable.read_snapshot(chain[0], incoming)
+        with _corrupt_named(location, plan, whole_chain, 0):
+            durable.read_snapshot(chain[0], incoming)
         os.replace(incoming, os.path.join(path, "data.mdb"))
         chain = chain[1:]
     environment, databases = _environment(path)
+    _reserve(environment, path, 0, sum(state_file.size for state_file in chain))
     with environment.begin(write=True) as txn:
         txn.drop(databases["undo"], delete=False)
         keys, size = _meta_value(txn, databases, b"keys"), _meta_value(txn, databases, b"bytes")
         for state_file in chain:
-            for key, row in durable.read_delta(state_file):
+            with _corrupt_named(location, plan, whole_chain, whole_chain.index(state_file)):
+                rows = durable.read_delta(state_file)
+            for key, row in rows:
                 had = txn.get(key, db=databases["rows"]) is not None
                 size += _replace_row(txn, databases, key, row)
                 keys += (row is not None) - had
@@ -547,6 +631,34 @@ def _rebuild_from(path: str, plan: VersionPlan) -> Tuple[Any, Dict[str, Any]]:
         else:
             txn.delete(b"commit", db=meta)
     return environment, databases
+
+
+@contextlib.contextmanager
+def _corrupt_named(location: StoreLocation, plan: VersionPlan, chain: List[StateFile],
+                   index: int) -> Iterator[None]:
+    """Name the step, the partition and what else its chain holds when the ``index``-th
+    file of ``chain`` fails its checksum (no guess at repairing it)."""
+    try:
+        yield
+    except CorruptStateFileError as error:
+        before = chain[:index]
+        if before:
+            earlier = (f"The {len(before)} file(s) before it in the chain ("
+                       f"{', '.join(file_name(entry) for entry in before)}) passed their "
+                       f"checks and rebuild version {before[-1].version}, not version "
+                       f"{plan.previous}, which needs this file too.")
+        else:
+            earlier = ("It is the first file of the partition's chain (every later file "
+                       "builds on it).")
+        raise CorruptStateFileError(
+            f"the state of step {location.step!r}, key partition {location.partition}, at "
+            f"version {plan.previous} cannot be rebuilt: {error}. The file was changed after "
+            f"it was written (bit rot, a torn write, a bad copy), so the job stops rather "
+            f"than load it. {earlier} No earlier complete chain of this partition is kept "
+            "(the files a snapshot replaces are deleted once a checkpoint names it). Restore "
+            "the file from a copy of the checkpoint location (a backup, or the bucket's "
+            "object versions) and restart the job, or start it on an empty --checkpoint_dir "
+            "(its state is then lost).") from None
 
 
 def close_all() -> None:

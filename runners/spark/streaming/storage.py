@@ -5,7 +5,15 @@ files (written by the tasks on the executors at every commit) and the driver's c
 manifests. It is named as Beam names storage, through ``apache_beam.io.filesystems``: a
 local path (on a cluster, one every executor mounts), ``gs://`` (``apache-beam[gcp]``),
 ``s3://`` (``apache-beam[aws]``; ``--s3_endpoint_url`` and the other S3 options reach the
-executors), ``hdfs://`` (``apache-beam[hadoop]``) or ``azfs://``.
+executors), ``hdfs://`` (``apache-beam[hadoop]``) or ``azfs://``. ``s3://`` is reached
+through the runner's own boto3 client (:mod:`~runners.spark.streaming.s3_objects`: one
+request per object, retries the runner's own), the other schemes through Beam's.
+
+Every operation retries transient errors (throttling, server errors, resets, timeouts) for
+up to ``--storage_retry_seconds``, fails at once on a permanent one (a missing bucket, bad
+credentials: the message names the setting) and says so when a disk is full
+(:mod:`~runners.spark.streaming.storage_faults`). A storage whose root is not local is probed
+with a small write when opened, so permanent errors show before the job starts.
 
 Object stores have no atomic rename, so nothing here relies on one: an object appears whole
 when its write is closed, and a local file is written under a temporary name and renamed
@@ -33,7 +41,8 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+import uuid
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -46,6 +55,15 @@ from apache_beam.options.pipeline_options import (
 )
 
 from runners.spark.beam_internals import share_s3_clients
+from runners.spark.streaming.s3_objects import S3Objects
+from runners.spark.streaming.storage_faults import (  # noqa: F401 (StorageError: its home was here)
+    DEFAULT_RETRY_SECONDS,
+    RetryPolicy,
+    StorageError,
+    StorageFullError,
+    full_disk,
+    retried,
+)
 
 #: Pipeline options Beam's filesystems read (they travel to the executors with the tasks).
 _FILESYSTEM_OPTION_CLASSES = (S3Options, GoogleCloudOptions, AzureOptions,
@@ -53,10 +71,7 @@ _FILESYSTEM_OPTION_CLASSES = (S3Options, GoogleCloudOptions, AzureOptions,
 #: Bytes copied at a time when a large file (a state snapshot) moves to or from storage.
 _COPY_BYTES = 8 << 20
 _UNCOMPRESSED = CompressionTypes.UNCOMPRESSED
-
-
-class StorageError(ValueError):
-    """``--checkpoint_dir`` names storage this process cannot use (the message says why)."""
+_T = TypeVar("_T")
 
 
 def _filesystem_option_names() -> frozenset:
@@ -91,21 +106,29 @@ class DurableStorage:
     Args:
       root: the directory: an absolute local path or a URL (``s3://bucket/prefix``).
       options: the filesystem options as plain ``(name, value)`` pairs.
+      retry_seconds: how long one operation may retry transient errors
+        (``--storage_retry_seconds``; :mod:`~runners.spark.streaming.storage_faults`).
     """
 
     root: str
     options: Tuple[Tuple[str, Any], ...] = ()
+    retry_seconds: float = DEFAULT_RETRY_SECONDS
 
     @classmethod
     def open(cls, location: str, options: Optional[PipelineOptions] = None,
-             flag: str = "--checkpoint_dir") -> "DurableStorage":
-        """Storage at ``location``, checked now: a scheme no installed filesystem serves, or
-        a local path that is a file, raises :class:`StorageError` naming ``flag``."""
+             flag: str = "--checkpoint_dir",
+             retry_seconds: float = DEFAULT_RETRY_SECONDS) -> "DurableStorage":
+        """Storage at ``location``, checked now: a scheme no installed filesystem serves, a
+        local path that is a file, or an object store that refuses a first write (a missing
+        bucket, bad credentials) raises :class:`StorageError` naming the setting."""
         location = location.strip()
         if not location:
             raise StorageError(f"{flag} is empty: give a directory or a URL (s3://bucket/x)")
+        if retry_seconds <= 0:
+            raise StorageError(f"--storage_retry_seconds={retry_seconds}: give a positive "
+                               "number of seconds")
         storage = cls(location if FileSystems.get_scheme(location) else
-                      os.path.abspath(location), filesystem_options(options))
+                      os.path.abspath(location), filesystem_options(options), retry_seconds)
         scheme = FileSystems.get_scheme(storage.root)
         storage.use()
         try:
@@ -118,11 +141,36 @@ class DurableStorage:
                 f"apache-beam[azure]); install the matching extra ({error})") from None
         if storage.is_local and os.path.exists(storage.root) and not os.path.isdir(storage.root):
             raise StorageError(f"{flag}={location}: not a directory")
+        if not storage.is_local:
+            storage._probe(flag, location)
         return storage
+
+    def _probe(self, flag: str, location: str) -> None:
+        """Write and delete a small object: permanent errors (a missing bucket, bad
+        credentials) show now, naming the setting, not at the first checkpoint."""
+        probe = self.join(f".probe-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            self.write(probe, b"probe")
+            self.delete([probe])
+        except StorageError as error:
+            raise StorageError(f"{flag}={location}: {error}") from None
 
     @property
     def is_local(self) -> bool:
         return FileSystems.get_scheme(self.root) is None
+
+    @property
+    def _retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(budget_seconds=self.retry_seconds)
+
+    def _objects(self) -> Optional[S3Objects]:
+        """The runner's own S3 client for ``s3://`` (see :mod:`~runners.spark.streaming.
+        s3_objects`); None: Beam's filesystems (or the local one) serve the path."""
+        return S3Objects(self.options) if self.root.startswith("s3://") else None
+
+    def _retried(self, operation: str, path: str, call: Callable[[], _T],
+                 needed: Optional[int] = None) -> _T:
+        return retried(operation, path, call, self._retry_policy, needed)
 
     def use(self) -> None:
         """Give Beam's filesystems this storage's options (once per process and options)."""
@@ -143,43 +191,62 @@ class DurableStorage:
     def write(self, path: str, data: bytes) -> None:
         """Write ``data`` as the object ``path``; a reader sees all of it or nothing."""
         self.use()
-        if self.is_local:
-            _write_local(path, lambda file: file.write(data))
-            return
-        with FileSystems.create(path, compression_type=_UNCOMPRESSED) as file:
-            file.write(data)
+        objects = self._objects()
+        if objects is not None:
+            call = lambda: objects.write(path, data)  # noqa: E731
+        elif self.is_local:
+            call = lambda: _write_local(path, lambda file: file.write(data))  # noqa: E731
+        else:
+            call = lambda: _write_beam(path, lambda file: file.write(data))  # noqa: E731
+        self._retried("writing", path, call, len(data))
 
     def read(self, path: str) -> bytes:
         self.use()
-        with FileSystems.open(path, compression_type=_UNCOMPRESSED) as file:
-            return file.read()
+        objects = self._objects()
+        if objects is not None:
+            return self._retried("reading", path, lambda: objects.read(path))
+        return self._retried("reading", path, lambda: _read_beam(path))
 
     def exists(self, path: str) -> bool:
         self.use()
-        return FileSystems.exists(path)
+        objects = self._objects()
+        if objects is not None:
+            return self._retried("looking up", path, lambda: objects.exists(path))
+        return self._retried("looking up", path, lambda: FileSystems.exists(path))
 
     def list(self, directory: str) -> List[str]:
         """Paths of every object under ``directory`` (recursively), sorted."""
         self.use()
+        objects = self._objects()
+        prefix = directory.rstrip("/") + "/"
+        if objects is not None:
+            return self._retried("listing", directory, lambda: objects.list(prefix))
         if self.is_local:
             found = []
             for parent, _, names in os.walk(directory):
                 found.extend(os.path.join(parent, name) for name in names)
             return sorted(found)
-        prefix = directory.rstrip("/") + "/"
-        matched = FileSystems.match([prefix + "**"])[0]
-        return sorted(metadata.path for metadata in matched.metadata_list)
+        return self._retried("listing", directory, lambda: _match_beam(prefix + "**"))
 
     def match(self, pattern: str) -> List[str]:
         """Paths matching a glob ``pattern`` (``*`` within one path segment), sorted."""
         self.use()
-        matched = FileSystems.match([pattern])[0]
-        return sorted(metadata.path for metadata in matched.metadata_list)
+        objects = self._objects()
+        if objects is not None:
+            return self._retried("listing", pattern, lambda: objects.match(pattern))
+        return self._retried("listing", pattern, lambda: _match_beam(pattern))
 
     def delete(self, paths: Iterable[str]) -> None:
         """Delete these objects (those already gone are ignored)."""
         self.use()
         paths = list(paths)
+        if not paths:
+            return
+        objects = self._objects()
+        if objects is not None:
+            self._retried("deleting", f"{len(paths)} objects under {self.root}",
+                          lambda: objects.delete(paths))
+            return
         if self.is_local:
             for path in paths:
                 if os.path.isdir(path):
@@ -187,29 +254,69 @@ class DurableStorage:
                 elif os.path.exists(path):
                     os.remove(path)
             return
-        existing = [path for path in paths if FileSystems.exists(path)]
-        if existing:
-            FileSystems.delete(existing)
+        self._retried("deleting", f"{len(paths)} objects under {self.root}",
+                      lambda: _delete_beam(paths))
 
     # ----- large files
     def upload(self, local_path: str, path: str) -> int:
         """Copy the local file ``local_path`` to the object ``path``; returns its size."""
         self.use()
-        with open(local_path, "rb") as source:
-            if self.is_local:
-                _write_local(path, lambda target: shutil.copyfileobj(source, target,
-                                                                     _COPY_BYTES))
-            else:
-                with FileSystems.create(path, compression_type=_UNCOMPRESSED) as target:
-                    shutil.copyfileobj(source, target, _COPY_BYTES)
-        return os.path.getsize(local_path)
+        size = os.path.getsize(local_path)
+        objects = self._objects()
+        if objects is not None:
+            call = lambda: objects.upload(local_path, path)  # noqa: E731
+        else:
+            def call() -> None:
+                with open(local_path, "rb") as source:
+                    copy = lambda target: shutil.copyfileobj(source, target,  # noqa: E731
+                                                             _COPY_BYTES)
+                    (_write_local if self.is_local else _write_beam)(path, copy)
+        self._retried("writing", path, call, size)
+        return size
 
     def download(self, path: str, local_path: str) -> None:
         """Copy the object ``path`` to the local file ``local_path``."""
         self.use()
-        with FileSystems.open(path, compression_type=_UNCOMPRESSED) as source, \
-                open(local_path, "wb") as target:
-            shutil.copyfileobj(source, target, _COPY_BYTES)
+        objects = self._objects()
+        if objects is not None:
+            call = lambda: objects.download(path, local_path)  # noqa: E731
+        else:
+            def call() -> None:
+                with FileSystems.open(path, compression_type=_UNCOMPRESSED) as source, \
+                        open(local_path, "wb") as target:
+                    shutil.copyfileobj(source, target, _COPY_BYTES)
+        try:
+            self._retried("reading", path, call)
+        except StorageFullError as error:
+            raise full_disk(f"copying {path} to {local_path}", local_path,
+                            self._size_or_none(path)) from error
+
+    def _size_or_none(self, path: str) -> Optional[int]:
+        try:
+            return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        except Exception:  # only for a message: the size is a courtesy
+            return None
+
+
+def _write_beam(path: str, write: Callable[[Any], Any]) -> None:
+    with FileSystems.create(path, compression_type=_UNCOMPRESSED) as file:
+        write(file)
+
+
+def _read_beam(path: str) -> bytes:
+    with FileSystems.open(path, compression_type=_UNCOMPRESSED) as file:
+        return file.read()
+
+
+def _match_beam(pattern: str) -> List[str]:
+    matched = FileSystems.match([pattern])[0]
+    return sorted(metadata.path for metadata in matched.metadata_list)
+
+
+def _delete_beam(paths: List[str]) -> None:
+    existing = [path for path in paths if FileSystems.exists(path)]
+    if existing:
+        FileSystems.delete(existing)
 
 
 #: The filesystem options this process gave Beam last (FileSystems keeps one set).
