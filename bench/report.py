@@ -46,6 +46,37 @@ def percentile(values: Sequence[float], fraction: float) -> Optional[float]:
     return weighted_percentile(((value, 1) for value in values), fraction)
 
 
+#: The goal for a streaming run's batch times: no batch slower than this many times the p50.
+MAX_OVER_P50_GOAL = 2.0
+
+
+def batch_time_spread(millis: Sequence[float], first_batch: int = 1) -> Dict[str, Any]:
+    """p50, p99 and max of a run's batch times, and max / p50 against
+    :data:`MAX_OVER_P50_GOAL`.
+
+    Percentiles are nearest-rank (:func:`percentile`): the smallest time with at least that
+    fraction of the batches at or below it, always a measured time. With fewer than 100
+    batches the p99 is therefore the max. ``max_batch`` is the batch number of the
+    slowest batch (``millis[0]`` is batch ``first_batch``; the first of them on ties);
+    ``max_over_p50`` is rounded to two places, ``within_goal`` is computed unrounded.
+
+    >>> spread = batch_time_spread([100, 110, 120, 400])
+    >>> spread["p50"], spread["p99"], spread["max"], spread["max_batch"]
+    (110, 400, 400, 4)
+    >>> spread["max_over_p50"], spread["within_goal"]
+    (3.64, False)
+    >>> batch_time_spread([100, 120, 200], first_batch=0)["within_goal"]
+    True
+    """
+    if not millis:
+        raise ValueError("no batch times")
+    p50, slowest = percentile(millis, 0.5), max(millis)
+    return {"p50": p50, "p99": percentile(millis, 0.99), "max": slowest,
+            "max_batch": first_batch + list(millis).index(slowest),
+            "max_over_p50": round(slowest / p50, 2),
+            "within_goal": slowest <= MAX_OVER_P50_GOAL * p50}
+
+
 #: Engine keys as the command line names them, and how the table names them.
 ENGINE_LABELS = {
     "spark": "Beam on SparkRunner",

@@ -12,7 +12,8 @@ against a plain Python reference (a difference fails the run):
 2. **throughput**: the same job at 100k events a batch: events per second;
 3. **state scaling**: a new key per event, 10k events a batch, for 100 batches: state grows
    from 10k to 1M keys; the batch time along the way (a curve, and a PNG), the p50 of the
-   first and of the last ten batches and their ratio, and the memory of the driver, the JVM
+   first and of the last ten batches and their ratio, the p50, p99 and max over the whole
+   run and max / p50 per engine (goal: max <= 2x p50), and the memory of the driver, the JVM
    and the Python workers at the end;
 4. **cluster**: the latency workload, durable, on a Spark standalone cluster of
    ``--cluster-workers`` 1-core workers started here (each with its own disk where the
@@ -32,6 +33,9 @@ Examples::
 
     python -m bench.streaming                                  # everything (~10 min)
     python -m bench.streaming --only latency --latency-batches 8
+    python -m bench.streaming --only scaling                   # state scaling alone (~9 min)
+    python -m bench.streaming --only scaling --no-connect --scaling-batches 12 \
+        --scaling-events-per-batch 2000                        # a smoke run (~1 min)
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from typing import Any, Dict, List, Optional
 
 from bench import streaming_beam, streaming_native
 from bench import streaming_workloads as workloads
-from bench.report import percentile, write_jsonl
+from bench.report import MAX_OVER_P50_GOAL, batch_time_spread, percentile, write_jsonl
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MEASUREMENTS = ("latency", "throughput", "scaling", "cluster")
@@ -271,6 +275,7 @@ def scaling_on_connect(connect: Any, arguments: argparse.Namespace) -> Dict[str,
     expected = workloads.scaling_reference(run["events"])
     return {"millis": millis, "first_p50": percentile(millis[1:1 + window], 0.5),
             "last_p50": percentile(millis[-window:], 0.5),
+            "whole_run": batch_time_spread(millis[1:]),
             "agrees": {key: total for (key, _), total in run["panes"].items()} == expected,
             "seconds": round(run["seconds"], 1)}
 
@@ -280,7 +285,13 @@ def measure_scaling(session: Any, arguments: argparse.Namespace,
     """A new key per event: batch times as state grows, on both engines. Ours checkpoints
     every ``--scaling-checkpoint-interval`` batches (as Spark's query commits every batch);
     then a second driver resumes from that checkpoint for a few batches: the first of
-    them rebuilds every partition's store from the checkpoint files."""
+    them rebuilds every partition's store from the checkpoint files.
+
+    Besides the p50 of the first and last batches, each engine's ``*_whole_run`` (and the
+    Connect run's ``whole_run``) holds :func:`bench.report.batch_time_spread` of batches
+    1.. of the run (batch 0 is not measured; nor are the resumed driver's batches): p50,
+    p99 and max (nearest rank), the slowest batch, max / p50 and whether it is within the
+    goal ``max_over_p50_goal`` (max <= 2x p50)."""
     per_batch, batches = arguments.scaling_events_per_batch, arguments.scaling_batches
     resumed_batches = 3
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
@@ -321,6 +332,9 @@ def measure_scaling(session: Any, arguments: argparse.Namespace,
         "beam_first_keys": (keys[1], keys[window]), "beam_last_keys": (keys[-window], keys[-1]),
         "native_first_p50": percentile(native_millis[1:1 + window], 0.5),
         "native_last_p50": percentile(native_millis[-window:], 0.5),
+        "beam_whole_run": batch_time_spread(ours_millis[1:]),
+        "native_whole_run": batch_time_spread(native_millis[1:]),
+        "max_over_p50_goal": MAX_OVER_P50_GOAL,
         "state_bytes_at_end": sum(ours["lines"][-1]["state_bytes"].values()),
         "peak_memory_mib": ours["peak_memory_mib"],
         "checkpoint_interval": interval,
@@ -506,6 +520,7 @@ def print_record(record: Dict[str, Any]) -> None:
                   f"{on_connect['last_p50']} ms last: x{on_connect['last_over_first']}; "
                   f"x{on_connect['last_over_classic_last']} classic's last; panes "
                   f"{_ok(on_connect['agrees'])}")
+        print_spread_table(entry)
     if "cluster" in record:
         entry = record["cluster"]
         print(f"\ncluster: the latency workload on {entry['workers']} 1-core workers"
@@ -526,6 +541,24 @@ def print_record(record: Dict[str, Any]) -> None:
                   f"x{entry['connect_over_classic_durable_p50']}; stores rebuilt in measured "
                   f"batches: {entry['beam_on_connect_durable']['stores_loaded']}")
     print(f"\nload average {record['load_average_1min']} on {record['cpus']} cpus")
+
+
+def print_spread_table(entry: Dict[str, Any]) -> None:
+    """The state-scaling run's batch times over the whole run, a line per engine."""
+    rows = [("Beam on our SparkRunner", entry["beam_whole_run"])]
+    if "beam_on_connect" in entry:
+        rows.append(("Beam on our SparkRunner, Spark Connect",
+                     entry["beam_on_connect"]["whole_run"]))
+    rows.append(("Spark Structured Streaming (RocksDB)", entry["native_whole_run"]))
+    goal = entry["max_over_p50_goal"]
+    print(f"  whole run, batches 1-{entry['batches'] - 1} (nearest rank; "
+          f"goal: max <= {goal:g}x p50)")
+    print(f"  {'':38s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'at batch':>8s} "
+          f"{'max/p50':>8s} {f'<= {goal:g}x':>7s}")
+    for label, spread in rows:
+        print(f"  {label:38s} {spread['p50']:8.0f} {spread['p99']:8.0f} {spread['max']:8.0f} "
+              f"{spread['max_batch']:8d} {'x' + format(spread['max_over_p50'], '.2f'):>8s} "
+              f"{'met' if spread['within_goal'] else 'MISSED':>7s}")
 
 
 def _ok(agrees: bool) -> str:
