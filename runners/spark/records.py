@@ -65,6 +65,8 @@ class StepReport(NamedTuple):
     written: Optional[Tuple[str, int, int, str, str]] = None
     commit: bytes = b""  # the id of the store's commit of ``version``
     storage_retries: int = 0  # transient storage errors the task's process retried
+    #: a snapshot of the partition written in the background (a ``state_files.StateFile``)
+    snapshot: Optional[Tuple[str, int, int, str, str]] = None
 
 
 class Residual(NamedTuple):

@@ -122,7 +122,9 @@ def test_state_files_reach_a_snapshot_and_a_restart_gives_the_same_panes(runner,
     for chain in chains.values():
         kinds = [entry[0] for entry in chain]
         assert kinds[0] == "snapshot" and set(kinds[1:]) <= {"delta"}, kinds
-        assert len(kinds) <= DELTAS_PER_SNAPSHOT + 1
+        # A snapshot, written in the background, joins the chain when the partition's next
+        # task reports it: the chain may hold one more delta than the limit meanwhile.
+        assert len(kinds) <= DELTAS_PER_SNAPSHOT + 2
     # Only the files the chains name are kept (older chains went with the checkpoint
     # that named them last).
     kept = sorted(path.name for path in (checkpoints / "state").rglob("*") if path.is_file())

@@ -10,10 +10,11 @@ unknown version is refused with a message that says what to do.
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
-from runners.spark.streaming import state_store
+from runners.spark.streaming import background_snapshots, state_store
 from runners.spark.streaming.state_files import (
     DurableState,
     StateFile,
@@ -112,9 +113,10 @@ def test_a_store_at_an_unknown_version_is_refused_without_a_checkpoint(location)
     assert "found version 4" in message and "--checkpoint_dir" in message
 
 
-def durable_state(tmp_path, chain=(), snapshot=False):
+def durable_state(tmp_path, chain=(), snapshot=False, snapshot_now=False):
     storage = DurableStorage.open(str(tmp_path / "checkpoint"))
-    return DurableState(storage, storage.join("Sum", "00003"), tuple(chain), snapshot)
+    return DurableState(storage, storage.join("Sum", "00003"), tuple(chain), snapshot,
+                        snapshot_now)
 
 
 def test_every_commit_writes_its_changes_and_they_rebuild_the_store_elsewhere(tmp_path,
@@ -164,8 +166,8 @@ def test_a_snapshot_then_deltas_rebuild_the_same_store(tmp_path, location):
     with PartitionState.open(location, VersionPlan(0, 1)) as state:
         for number in range(1000):
             state.put(b"%05d" % number, KeyState(b"s" * 20, wake_event=number, hold=number))
-    with PartitionState.open(location, VersionPlan(1, 2, durable_state(tmp_path,
-                                                                      snapshot=True))) as state:
+    with PartitionState.open(location, VersionPlan(1, 2, durable_state(
+            tmp_path, snapshot_now=True))) as state:
         state.put(b"00001", KeyState(b"changed", wake_event=1, hold=1))
     snapshot = state.written
     assert snapshot.kind == "snapshot" and snapshot.version == 2 and snapshot.size > 20_000
@@ -178,6 +180,80 @@ def test_a_snapshot_then_deltas_rebuild_the_same_store(tmp_path, location):
     elsewhere = StoreLocation(str(tmp_path / "other-root"), location.step, location.partition)
     assert contents(elsewhere, 3, durable_state(tmp_path, chain)) == expected
     assert expected[1].keys == 1000
+
+
+def test_a_snapshot_due_is_written_in_the_background_at_the_committed_version(tmp_path,
+                                                                              location):
+    """The task due a snapshot writes its delta and returns; the snapshot, of the version it
+    committed (whatever commits meanwhile), is reported by a later task of the partition and
+    rebuilds the store with the deltas after it."""
+    release = threading.Event()
+
+    def slow_copy(environment, directory, txn=None):
+        release.wait(30)  # version 3 commits while the copy waits
+        environment.copy(directory, compact=True, txn=txn)
+
+    with PartitionState.open(location, VersionPlan(0, 1, durable_state(tmp_path))) as state:
+        for number in range(1000):
+            state.put(b"%05d" % number, KeyState(b"s" * 20, wake_event=number))
+    chain = [state.written]
+    plan = VersionPlan(1, 2, durable_state(tmp_path, chain, snapshot=True))
+    original = state_store._copy_store
+    state_store._copy_store = slow_copy
+    try:
+        with PartitionState.open(location, plan) as state:
+            state.put(b"00001", KeyState(b"at-2"))
+    finally:
+        state_store._copy_store = original
+    assert state.written.kind == "delta" and state.snapshot is None
+    chain.append(state.written)
+    with PartitionState.open(location, VersionPlan(2, 3, durable_state(tmp_path, chain))) as state:
+        state.put(b"00001", KeyState(b"at-3"))
+    assert state.snapshot is None  # still copying
+    chain.append(state.written)
+    release.set()
+    background_snapshots.wait()
+    with PartitionState.open(location, VersionPlan(3, 4, durable_state(tmp_path, chain))) as state:
+        pass
+    snapshot = state.snapshot
+    assert snapshot.kind == "snapshot" and snapshot.version == 2 and len(snapshot.checksum) == 8
+    assert snapshot.commit == chain[1].commit
+    # The snapshot holds version 2 (b"at-2"); with the delta of version 3 it rebuilds 3.
+    elsewhere = StoreLocation(str(tmp_path / "other-root"), location.step, location.partition)
+    with PartitionState.open(elsewhere, VersionPlan(2, 3, durable_state(
+            tmp_path, [snapshot]), bytes.fromhex(snapshot.commit))) as state:
+        assert state.loaded and state.get(b"00001").blob == b"at-2"
+    state_store.close_all()
+    again = StoreLocation(str(tmp_path / "third-root"), location.step, location.partition)
+    with PartitionState.open(again, VersionPlan(3, 4, durable_state(
+            tmp_path, [snapshot, chain[2]]))) as state:
+        assert state.loaded and state.get(b"00001").blob == b"at-3"
+        assert state.get(b"00999").blob == b"s" * 20
+
+
+def test_one_snapshot_of_a_partition_is_in_flight_at_a_time(tmp_path, location):
+    release = threading.Event()
+    calls = []
+
+    def slow_copy(environment, directory, txn=None):
+        calls.append(directory)
+        release.wait(30)
+        environment.copy(directory, compact=True, txn=txn)
+
+    chain = []
+    original = state_store._copy_store
+    state_store._copy_store = slow_copy
+    try:
+        for version in (1, 2, 3):
+            with PartitionState.open(location, VersionPlan(version - 1, version, durable_state(
+                    tmp_path, chain, snapshot=True))) as state:
+                state.put(b"key", KeyState(b"%d" % version))
+            chain.append(state.written)
+    finally:
+        state_store._copy_store = original
+        release.set()
+        background_snapshots.wait()
+    assert len(calls) == 1
 
 
 def test_a_damaged_delta_is_refused_by_name():
@@ -227,8 +303,8 @@ def test_a_store_at_the_right_version_but_another_commit_is_rebuilt(tmp_path, lo
 
 
 def test_a_rebuild_that_fails_leaves_no_store(tmp_path, location):
-    with PartitionState.open(location, VersionPlan(0, 1, durable_state(tmp_path,
-                                                                      snapshot=True))) as state:
+    with PartitionState.open(location, VersionPlan(0, 1, durable_state(
+            tmp_path, snapshot_now=True))) as state:
         state.put(b"a", KeyState(b"x" * 100))
     snapshot = state.written
     missing = state_files_snapshot_missing(snapshot)

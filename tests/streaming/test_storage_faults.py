@@ -84,9 +84,10 @@ def flip_byte(path: str, offset: int) -> None:
         file.write(bytes([byte[0] ^ 0x01]))
 
 
-def durable(root, chain=(), snapshot=False) -> DurableState:
+def durable(root, chain=(), snapshot_now=False) -> DurableState:
     storage = DurableStorage.open(str(root))
-    return DurableState(storage, storage.join("Sum", "00003"), tuple(chain), snapshot)
+    return DurableState(storage, storage.join("Sum", "00003"), tuple(chain),
+                        snapshot_now=snapshot_now)
 
 
 def test_a_snapshot_with_a_flipped_byte_is_refused_naming_the_file_step_and_partition(tmp_path):
@@ -95,7 +96,7 @@ def test_a_snapshot_with_a_flipped_byte_is_refused_naming_the_file_step_and_part
         for number in range(2000):
             state.put(b"%05d" % number, KeyState(b"s" * 40, wake_event=number))
     with PartitionState.open(location, VersionPlan(1, 2, durable(tmp_path / "ck",
-                                                                 snapshot=True))) as state:
+                                                                 snapshot_now=True))) as state:
         state.put(b"00001", KeyState(b"changed"))
     snapshot = state.written
     with PartitionState.open(location, VersionPlan(2, 3, durable(tmp_path / "ck",

@@ -63,17 +63,20 @@ class BatchClock:
 @dataclasses.dataclass(frozen=True)
 class StepDurability:
     """A keyed step's durable state: the checkpoint location, the step's directory there,
-    each key partition's chain of state files, and the partitions due a snapshot."""
+    each key partition's chain of state files, and the partitions due a snapshot (and long
+    overdue one)."""
 
     storage: DurableStorage
     directory: str
     chains: Tuple[Tuple[StateFile, ...], ...]
     snapshots: FrozenSet[int] = frozenset()
+    overdue: FrozenSet[int] = frozenset()
 
     def partition(self, partition: int) -> DurableState:
         return DurableState(self.storage,
                             self.storage.join(self.directory, partition_directory_name(partition)),
-                            self.chains[partition], partition in self.snapshots)
+                            self.chains[partition], partition in self.snapshots,
+                            partition in self.overdue)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +118,8 @@ class KeyedBatch:
         return StepReport(self.step, partition, self.target, summary.keys,
                           summary.state_bytes, inputs, outputs, store.touched, summary.hold,
                           summary.next_event_wake, summary.next_processing_wake,
-                          store.loaded, store.written, store.commit, take_retries())
+                          store.loaded, store.written, store.commit, take_retries(),
+                          store.snapshot)
 
 
 def remove_run_partition(run: str, partition: int, records: Any) -> Iterator[int]:

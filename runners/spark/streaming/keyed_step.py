@@ -25,7 +25,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.records import StepReport
-from runners.spark.streaming.state_files import StateFile, snapshot_due
+from runners.spark.streaming.state_files import StateFile, snapshot_due, snapshot_overdue
 from runners.spark.streaming.state_store import step_directory_name
 
 
@@ -109,6 +109,8 @@ class KeyedStep:
             self.commits[report.partition] = report.commit
             if report.written is not None:
                 self._chain_file(report.partition, StateFile(*report.written))
+            if report.snapshot is not None:
+                self._start_chain_at(report.partition, StateFile(*report.snapshot))
 
     def _chain_file(self, partition: int, state_file: StateFile) -> None:
         chain = self.chains.get(partition, ())
@@ -116,6 +118,20 @@ class KeyedStep:
             self._superseded.extend((partition, entry) for entry in chain)
             chain = ()
         self.chains[partition] = chain + (state_file,)
+
+    def _start_chain_at(self, partition: int, snapshot: StateFile) -> None:
+        """A snapshot written in the background: the chain starts at it when it is of a
+        version the chain holds, by the commit accepted for it (another attempt's, or one
+        of a version the chain has moved past, is left for the clean-up)."""
+        chain = self.chains.get(partition, ())
+        accepted = [entry for entry in chain
+                    if entry.version == snapshot.version and entry.commit == snapshot.commit]
+        if not accepted:
+            return
+        self._superseded.extend((partition, entry) for entry in chain
+                                if entry.version <= snapshot.version)
+        self.chains[partition] = (snapshot,) + tuple(
+            entry for entry in chain if entry.version > snapshot.version)
 
     def partition_chains(self, partitions: int) -> Tuple[Tuple[StateFile, ...], ...]:
         """Each key partition's chain of state files (empty: nothing durable yet)."""
@@ -126,9 +142,14 @@ class KeyedStep:
         return tuple(self.commits.get(partition, b"") for partition in range(partitions))
 
     def snapshots_due(self) -> FrozenSet[int]:
-        """Partitions whose next state file is a snapshot."""
+        """Partitions due a snapshot (written in the background)."""
         return frozenset(partition for partition, chain in self.chains.items()
                          if snapshot_due(chain, self.partition_bytes.get(partition, 0)))
+
+    def snapshots_overdue(self) -> FrozenSet[int]:
+        """Partitions whose next task writes a snapshot itself (see ``snapshot_overdue``)."""
+        return frozenset(partition for partition, chain in self.chains.items()
+                         if snapshot_overdue(chain, self.partition_bytes.get(partition, 0)))
 
     def chain_files(self) -> List[Tuple[int, StateFile]]:
         return [(partition, entry) for partition, chain in sorted(self.chains.items())

@@ -118,7 +118,7 @@ class StreamingState:
             return None
         directory = self.storage.join(self.state_directory, step.directory)
         return StepDurability(self.storage, directory, step.partition_chains(partitions),
-                              step.snapshots_due())
+                              step.snapshots_due(), step.snapshots_overdue())
 
     def expire_side_inputs(self) -> None:
         """Drop the side-input elements no reader can ask for any more: its windows'

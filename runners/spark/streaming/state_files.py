@@ -3,8 +3,9 @@
 With a checkpoint location, the executor's LMDB store (:mod:`~runners.spark.streaming.
 state_store`) is a cache: every task that changes it also writes, after its commit and
 before the batch counts as done, the rows it changed (a *delta*) to
-``<checkpoint dir>/state/<step>/<partition>/``; from time to time it writes a compact copy of
-the whole store (a *snapshot*) instead, which starts a new chain. A partition's durable
+``<checkpoint dir>/state/<step>/<partition>/``; from time to time a compact copy of the whole
+store (a *snapshot*, written in the background: :mod:`~runners.spark.streaming.
+background_snapshots`) starts a new chain. A partition's durable
 state is its *chain*: a snapshot (or nothing) and the deltas after it, oldest first, each a
 :class:`StateFile`. The driver learns every file from the tasks' reports and hands each
 task its partition's chain; a task that finds no store at the version it expects (it runs
@@ -16,7 +17,8 @@ When to snapshot (:func:`snapshot_due`, decided by the driver from the chain and
 partition's size): once the deltas since the last snapshot add up to more than the store
 itself (at least :data:`SNAPSHOT_MIN_BYTES`), or number :data:`MAX_DELTAS`: a rebuild then
 reads at most about twice the state, and the snapshots cost about as much again as the
-deltas.
+deltas. A chain twice past those limits (:func:`snapshot_overdue`) gets its snapshot from the
+batch's task itself.
 
 Every file's CRC-32C is in the chain beside its size (the task computes it as it writes the
 file; the driver keeps it in the checkpoint manifest), and a file is checked against both
@@ -134,13 +136,17 @@ class DurableState:
       storage: the checkpoint location.
       directory: the partition's directory in it.
       chain: a snapshot (or none) and the deltas after it, oldest first.
-      snapshot: the next file is a snapshot (:func:`snapshot_due`), not a delta.
+      snapshot: a snapshot is due (:func:`snapshot_due`): the task writes its delta and
+        starts one in the background.
+      snapshot_now: a snapshot is long overdue (:func:`snapshot_overdue`): the task writes
+        it instead of its delta.
     """
 
     storage: DurableStorage
     directory: str
     chain: Tuple[StateFile, ...] = ()
     snapshot: bool = False
+    snapshot_now: bool = False
 
     def path(self, state_file: StateFile) -> str:
         return self.storage.join(self.directory, file_name(state_file))
@@ -188,6 +194,22 @@ def snapshot_due(chain: Sequence[StateFile], store_bytes: int) -> bool:
     if len(deltas) >= MAX_DELTAS:
         return True
     return sum(entry.size for entry in deltas) > max(store_bytes, SNAPSHOT_MIN_BYTES)
+
+
+def snapshot_overdue(chain: Sequence[StateFile], store_bytes: int) -> bool:
+    """Whether a partition's chain is so far past due a snapshot (twice the limits of
+    :func:`snapshot_due`: its background snapshots keep failing, or its worker processes
+    end before they finish) that its next task writes one itself.
+
+    >>> snapshot_overdue([StateFile("delta", v, 10) for v in range(MAX_DELTAS)], 100)
+    False
+    >>> snapshot_overdue([StateFile("delta", v, 10) for v in range(2 * MAX_DELTAS)], 100)
+    True
+    """
+    deltas = [entry for entry in chain if entry.kind == "delta"]
+    if len(deltas) >= 2 * MAX_DELTAS:
+        return True
+    return sum(entry.size for entry in deltas) > 2 * max(store_bytes, SNAPSHOT_MIN_BYTES)
 
 
 def encode_delta(version: int, rows: Sequence[Tuple[bytes, Optional[bytes]]]) -> bytes:

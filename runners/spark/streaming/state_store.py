@@ -68,6 +68,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import lmdb
 
+from runners.spark.streaming import background_snapshots
 from runners.spark.streaming.state_files import (
     CorruptStateFileError,
     DurableState,
@@ -245,6 +246,7 @@ def _environment(path: str) -> Tuple[Any, Dict[str, Any]]:
     cached = _ENVIRONMENTS.pop(path, None)
     if cached is None or cached.identity != _identity(path):
         if cached is not None:
+            background_snapshots.wait(path)
             cached.environment.close()
         _RESERVED.pop(path, None)
         # Stores of runs that ended (their directories removed) are closed: their memory
@@ -263,12 +265,14 @@ def _environment(path: str) -> Tuple[Any, Dict[str, Any]]:
         cached = _OpenStore(environment, databases, _identity(path))
     _ENVIRONMENTS[path] = cached
     while len(_ENVIRONMENTS) > _ENVIRONMENT_LIMIT:
-        _, stale = _ENVIRONMENTS.popitem(last=False)
+        stale_path, stale = _ENVIRONMENTS.popitem(last=False)
+        background_snapshots.wait(stale_path)
         stale.environment.close()
     return cached.environment, cached.databases
 
 
 def _forget(path: str) -> None:
+    background_snapshots.wait(path)
     _RESERVED.pop(path, None)
     cached = _ENVIRONMENTS.pop(path, None)
     if cached is not None:
@@ -354,6 +358,8 @@ class PartitionState:
         self._writes: Dict[bytes, Optional[KeyState]] = {}
         self.summary: Optional[Summary] = None
         self.written: Optional[StateFile] = None
+        #: a snapshot of this partition written in the background since the last task
+        self.snapshot: Optional[StateFile] = None
         self.commit = b""  # this task's commit id, once it committed
 
     # ----- opening: versions, rollback, rebuild
@@ -402,29 +408,35 @@ class PartitionState:
                 self._environment.set_mapsize(2 * self._environment.info()["map_size"])
         else:
             raise RuntimeError(f"the state of {self.location.path()} does not fit its map")
-        if self.plan.durable is not None and rows:
+        durable = self.plan.durable
+        if durable is None:
+            return
+        if rows:
             self.written = self._write_state_file(rows)
+        self.snapshot = background_snapshots.finished(self.location.root, path)
 
     def _write_state_file(self, rows: List[Tuple[bytes, Optional[bytes]]]) -> StateFile:
-        """The rows this task changed as a delta, or the whole store as a snapshot when the
-        chain is due one (after the commit: a task retried after it rolls back first)."""
+        """The rows this task changed as a delta (after the commit: a task retried after it
+        rolls back first). When the chain is due a snapshot, one of the committed version
+        starts in the background (:mod:`~runners.spark.streaming.background_snapshots`); a
+        chain long overdue one (its snapshots keep failing) gets it now, instead of the
+        delta."""
         durable = self.plan.durable
         commit = self.commit.hex()
-        if not durable.snapshot:
-            return durable.write_delta(self.plan.target, rows, commit)
-        copy = tempfile.mkdtemp(prefix=".snapshot-", dir=self.location.root)
-        try:
+        if durable.snapshot_now:
+            copy = tempfile.mkdtemp(prefix=".snapshot-", dir=self.location.root)
             try:
-                self._environment.copy(copy, compact=True)
-            except lmdb.Error as error:
-                if "No space left" not in str(error) and "Disk quota" not in str(error):
-                    raise
-                raise full_disk(f"copying the state store {self.location.path()} for a "
-                                "snapshot", copy, _used_bytes(self._environment)) from error
-            return durable.write_snapshot(self.plan.target, os.path.join(copy, "data.mdb"),
-                                          commit)
-        finally:
-            shutil.rmtree(copy, ignore_errors=True)
+                _copy_store(self._environment, copy)
+                return durable.write_snapshot(self.plan.target, os.path.join(copy, "data.mdb"),
+                                              commit)
+            finally:
+                shutil.rmtree(copy, ignore_errors=True)
+        written = durable.write_delta(self.plan.target, rows, commit)
+        if durable.snapshot:
+            background_snapshots.start(self.location.root, self.location.path(),
+                                       self._environment, durable, self.plan.target, commit,
+                                       _copy_store)
+        return written
 
     @property
     def touched(self) -> int:
@@ -501,6 +513,18 @@ class PartitionState:
                               _first(txn, databases, "event_wakes"),
                               _first(txn, databases, "processing_wakes"))
         return summary, written
+
+
+def _copy_store(environment: Any, directory: str, txn: Any = None) -> None:
+    """A compact copy of the store (at ``txn``'s version; None: the latest) in
+    ``directory``; a full disk says so."""
+    try:
+        environment.copy(directory, compact=True, txn=txn)
+    except lmdb.Error as error:
+        if "No space left" not in str(error) and "Disk quota" not in str(error):
+            raise
+        raise full_disk("copying a state store for a snapshot", directory,
+                        _used_bytes(environment)) from error
 
 
 def _used_bytes(environment: Any) -> int:
@@ -663,6 +687,7 @@ def _corrupt_named(location: StoreLocation, plan: VersionPlan, chain: List[State
 
 def close_all() -> None:
     """Close every store this process has open (tests; a worker that is done)."""
+    background_snapshots.wait()
     while _ENVIRONMENTS:
         _, cached = _ENVIRONMENTS.popitem()
         cached.environment.close()
