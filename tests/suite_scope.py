@@ -78,6 +78,12 @@ EXTENDED: Dict[str, str] = {
         "streaming to files (15 s); the core suite replays it to the terminal",
     "pipelines/test_plots.py::test_team_scores_plot_option": "team_scores drawing its "
         "pictures (12 s); the core suite draws them from a real run's panes",
+    "streaming/test_storage_faults.py::test_a_job_resumed_on_a_corrupt_delta": "a job resumed "
+        "on a delta with a flipped byte (18 s): the core suite refuses flipped deltas and "
+        "snapshots where a store is rebuilt, and the error's way to the driver is the same",
+    "streaming/test_storage_faults.py::test_a_full_checkpoint_location": "a job whose "
+        "checkpoint location (a tmpfs) fills, and its restart (25 s): the core suite fills "
+        "an executor's disk under a store and runs a job through object-store faults",
 }
 
 #: Node-id prefixes of tests whose Spark Connect runs are outside the core suite, and why.
@@ -100,6 +106,7 @@ FAULTS: Tuple[str, ...] = (
     "kafka/test_kafka_write.py::test_a_broker_gone_in_the_middle_of_a_bundle",
     "kafka/test_kafka_recovery.py::test_records_written_across_a_broker_restart",
     "streaming/test_spark_streaming_checkpoint.py::test_killed_driver_resumes",
+    "streaming/test_storage_faults.py::",
 )
 
 

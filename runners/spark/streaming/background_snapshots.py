@@ -33,6 +33,8 @@ from runners.spark.streaming.state_files import DurableState, StateFile
 _LOGGER = logging.getLogger(__name__)
 #: The directory beside a run's stores that holds the snapshots' locks and notes.
 _DIRECTORY = ".snapshots"
+#: The snapshot thread's nice value (higher: less of a contended CPU).
+_NICE = 10
 _THREADS: Dict[str, threading.Thread] = {}
 _LOCK = threading.Lock()
 
@@ -72,6 +74,12 @@ def _write(root: str, store: str, environment: Any, txn: Any, durable: DurableSt
            lock: Any) -> None:
     _, note_path = _paths(root, store)
     copy = None
+    try:
+        # The batches come first: on a busy executor the copy takes the cores they leave
+        # (a Linux thread is a task of its own, with its own nice value).
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+    except (AttributeError, OSError):
+        pass
     try:
         copy = tempfile.mkdtemp(prefix=".snapshot-", dir=root)
         try:
