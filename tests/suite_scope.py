@@ -78,6 +78,10 @@ EXTENDED: Dict[str, str] = {
         "streaming to files (15 s); the core suite replays it to the terminal",
     "pipelines/test_plots.py::test_team_scores_plot_option": "team_scores drawing its "
         "pictures (12 s); the core suite draws them from a real run's panes",
+    "runner/test_spark_cluster_connect.py::test_a_batch_pipeline_runs_on_a_connect_server_of":
+        "a batch pipeline through a Connect server of the cluster (64 s with the server's "
+        "start); the core suite runs the cluster on classic Spark and every model test on a "
+        "Connect server, and make test-connect runs this",
     "streaming/test_storage_faults.py::test_a_job_resumed_on_a_corrupt_delta": "a job resumed "
         "on a delta with a flipped byte (18 s): the core suite refuses flipped deltas and "
         "snapshots where a store is rebuilt, and the error's way to the driver is the same",
@@ -91,6 +95,9 @@ CONNECT_EXTENDED: Dict[str, str] = {
     "kafka/test_kafka_event_time.py::": "the Kafka reader's event-time policies again on "
         "Connect (~50 s): the connector's code is the same on both backends, and the core "
         "suite reads, writes and runs team_scores on Kafka on Connect",
+    "kafka/test_kafka_read.py::": "the Kafka reader's bounded reads and record metadata again "
+        "on Connect (~65 s): the connector's code is the same on both backends, and the core "
+        "suite runs team_scores on Kafka on Connect",
 }
 
 #: Node-id prefixes of the tests that kill or restart a process (marker ``faults``).

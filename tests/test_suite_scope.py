@@ -23,8 +23,10 @@ def test_the_rules_leave_out_what_they_say():
                        None) == "a Spark Connect run outside tests/model, tests/streaming and tests/kafka"
     assert is_extended("model/test_windows.py::test_x[SparkConnect]", "model", "SparkConnect",
                        None) is None
-    assert is_extended("kafka/test_kafka_read.py::test_x[noida-SparkConnect]", "kafka",
+    assert is_extended("kafka/test_kafka_write.py::test_x[noida-SparkConnect]", "kafka",
                        "SparkConnect", "noida") is None
+    assert "Connect" in is_extended("kafka/test_kafka_read.py::test_x[noida-SparkConnect]",
+                                    "kafka", "SparkConnect", "noida")
     assert is_extended("kafka/test_kafka_faults.py::test_y[noida]", "kafka", None, "noida")
     assert is_extended("kafka/test_kafka_read.py::test_y[noida-SparkRunner]", "kafka",
                        "SparkRunner", "noida") is None

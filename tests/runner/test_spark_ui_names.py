@@ -16,6 +16,9 @@ import pytest
 
 from project import PYTHON, QUICK_JVM_OPTIONS, REPO
 
+#: One test process runs both tests: they read one event log, whose job takes ~22 s.
+pytestmark = pytest.mark.xdist_group("spark_ui_event_log")
+
 #: A limit for the driver's three small runs (its Spark start-up included).
 DRIVER_LIMIT_SECONDS = 240
 

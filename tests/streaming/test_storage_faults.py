@@ -303,3 +303,72 @@ def test_retries_stop_at_the_budget_with_an_error_naming_the_setting(s3_bucket):
         attempts = proxy.requests.get("PUT", 0)
     assert "--storage_retry_seconds=1" in str(error.value) and "SlowDown" in str(error.value)
     assert attempts >= 2 and elapsed < 15
+
+
+# ----- a process killed mid-snapshot
+_MID_SNAPSHOT = """
+import os, sys, threading
+from runners.spark.streaming import state_store
+from runners.spark.streaming.state_files import DurableState
+from runners.spark.streaming.state_store import KeyState, PartitionState, StoreLocation, VersionPlan
+from runners.spark.streaming.storage import DurableStorage
+
+root, checkpoint, marker = sys.argv[1:4]
+storage = DurableStorage.open(checkpoint)
+durable = DurableState(storage, storage.join("Sum", "00003"), (), snapshot=True)
+original = state_store._copy_store
+
+def copy_then_hang(environment, directory, txn=None):
+    original(environment, directory, txn)  # the copy is made; its upload never ends
+    open(marker, "w").close()
+    threading.Event().wait()
+
+state_store._copy_store = copy_then_hang
+location = StoreLocation(root, "Sum/GroupByKey", 3)
+with PartitionState.open(location, VersionPlan(0, 1, durable)) as state:
+    for number in range(3000):
+        state.put(b"%05d" % number, KeyState(b"v" * 50))
+print(repr(tuple(state.written)), flush=True)
+threading.Event().wait()
+"""
+
+
+def test_a_worker_killed_mid_snapshot_leaves_a_chain_that_rebuilds_and_snapshots_again(
+        tmp_path):
+    import ast
+    import signal
+    import sys
+
+    marker = tmp_path / "copied"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _MID_SNAPSHOT, str(tmp_path / "executor"), str(tmp_path / "ck"),
+         str(marker)], stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    try:
+        written = StateFile(*ast.literal_eval(process.stdout.readline()))
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert written.kind == "delta"
+    # No snapshot reached the chain (none was reported); the delta rebuilds the store.
+    location = StoreLocation(str(tmp_path / "executor"), "Sum/GroupByKey", 3)
+    elsewhere = StoreLocation(str(tmp_path / "executor-2"), location.step, location.partition)
+    with PartitionState.open(elsewhere, VersionPlan(1, 2, durable(tmp_path / "ck",
+                                                                  [written]))) as state:
+        assert state.loaded and state.get(b"02999") == KeyState(b"v" * 50)
+    # The killed process's lock went with it: the next snapshot of the partition starts.
+    plan = VersionPlan(1, 2, DurableState(DurableStorage.open(str(tmp_path / "ck")),
+                                          durable(tmp_path / "ck").directory, (written,),
+                                          snapshot=True))
+    with PartitionState.open(location, plan) as state:
+        state.put(b"new", KeyState(b"n"))
+    from runners.spark.streaming import background_snapshots
+
+    background_snapshots.wait()
+    with PartitionState.open(location, VersionPlan(2, 3, durable(tmp_path / "ck"))) as state:
+        pass
+    assert state.snapshot is not None and state.snapshot.version == 2
+    close_all()
