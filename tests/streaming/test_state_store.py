@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from runners.spark.streaming import background_snapshots, state_store
+from runners.spark.streaming import background_snapshots, state_store, store_environments
 from runners.spark.streaming.state_files import (
     DurableState,
     StateFile,
@@ -198,13 +198,13 @@ def test_a_snapshot_due_is_written_in_the_background_at_the_committed_version(tm
             state.put(b"%05d" % number, KeyState(b"s" * 20, wake_event=number))
     chain = [state.written]
     plan = VersionPlan(1, 2, durable_state(tmp_path, chain, snapshot=True))
-    original = state_store._copy_store
-    state_store._copy_store = slow_copy
+    original = store_environments.copy_store
+    store_environments.copy_store = slow_copy
     try:
         with PartitionState.open(location, plan) as state:
             state.put(b"00001", KeyState(b"at-2"))
     finally:
-        state_store._copy_store = original
+        store_environments.copy_store = original
     assert state.written.kind == "delta" and state.snapshot is None
     chain.append(state.written)
     with PartitionState.open(location, VersionPlan(2, 3, durable_state(tmp_path, chain))) as state:
@@ -241,8 +241,8 @@ def test_one_snapshot_of_a_partition_is_in_flight_at_a_time(tmp_path, location):
         environment.copy(directory, compact=True, txn=txn)
 
     chain = []
-    original = state_store._copy_store
-    state_store._copy_store = slow_copy
+    original = store_environments.copy_store
+    store_environments.copy_store = slow_copy
     try:
         for version in (1, 2, 3):
             with PartitionState.open(location, VersionPlan(version - 1, version, durable_state(
@@ -250,7 +250,7 @@ def test_one_snapshot_of_a_partition_is_in_flight_at_a_time(tmp_path, location):
                 state.put(b"key", KeyState(b"%d" % version))
             chain.append(state.written)
     finally:
-        state_store._copy_store = original
+        store_environments.copy_store = original
         release.set()
         background_snapshots.wait()
     assert len(calls) == 1
@@ -264,13 +264,13 @@ def test_a_damaged_delta_is_refused_by_name():
 
 
 def test_the_memory_map_grows_with_the_store(location, monkeypatch):
-    monkeypatch.setattr(state_store, "INITIAL_MAP_BYTES", 1 << 20)
+    monkeypatch.setattr(store_environments, "INITIAL_MAP_BYTES", 1 << 20)
     blob = b"x" * 2000
     for version in range(1, 9):  # ~1 MB a batch, from the first: the map grows as it fills
         with PartitionState.open(location, VersionPlan(version - 1, version)) as state:
             for number in range(500):
                 state.put(b"%d-%d" % (version, number), KeyState(blob))
-    environment, _ = state_store._environment(location.path())
+    environment, _ = store_environments.open_environment(location.path())
     assert environment.info()["map_size"] > 8 << 20
     with PartitionState.open(location, VersionPlan(8, 9)) as state:
         pass

@@ -209,8 +209,8 @@ def test_errors_are_sorted_by_what_the_storage_raised():
     assert classify(client_error("SlowDown", 503)).kind == "transient"
     assert classify(client_error("InternalError", 500)).kind == "transient"
     assert classify(ConnectionClosedError(endpoint_url="http://x")).kind == "transient"
-    assert classify(client_error("AccessDenied", 403)).kind == "permanent"
-    assert classify(client_error("NoSuchBucket", 404)).kind == "permanent"
+    assert classify(client_error("AccessDenied", 403)).kind == "refused"
+    assert classify(client_error("NoSuchBucket", 404)).kind == "refused"
     assert classify(ValueError("a bug")).kind == "permanent"
 
 
@@ -308,7 +308,7 @@ def test_retries_stop_at_the_budget_with_an_error_naming_the_setting(s3_bucket):
 # ----- a process killed mid-snapshot
 _MID_SNAPSHOT = """
 import os, sys, threading
-from runners.spark.streaming import state_store
+from runners.spark.streaming import store_environments
 from runners.spark.streaming.state_files import DurableState
 from runners.spark.streaming.state_store import KeyState, PartitionState, StoreLocation, VersionPlan
 from runners.spark.streaming.storage import DurableStorage
@@ -316,14 +316,14 @@ from runners.spark.streaming.storage import DurableStorage
 root, checkpoint, marker = sys.argv[1:4]
 storage = DurableStorage.open(checkpoint)
 durable = DurableState(storage, storage.join("Sum", "00003"), (), snapshot=True)
-original = state_store._copy_store
+original = store_environments.copy_store
 
 def copy_then_hang(environment, directory, txn=None):
     original(environment, directory, txn)  # the copy is made; its upload never ends
     open(marker, "w").close()
     threading.Event().wait()
 
-state_store._copy_store = copy_then_hang
+store_environments.copy_store = copy_then_hang
 location = StoreLocation(root, "Sum/GroupByKey", 3)
 with PartitionState.open(location, VersionPlan(0, 1, durable)) as state:
     for number in range(3000):

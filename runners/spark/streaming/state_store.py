@@ -53,10 +53,8 @@ cache: a task on any executor rebuilds it. Nothing passes through the driver.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
-import errno
 import hashlib
 import os
 import re
@@ -68,27 +66,19 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import lmdb
 
-from runners.spark.streaming import background_snapshots
+from runners.spark.streaming import background_snapshots, store_environments
 from runners.spark.streaming.state_files import (
     CorruptStateFileError,
     DurableState,
     StateFile,
     file_name,
 )
-from runners.spark.streaming.storage_faults import full_disk
 
 #: Sentinel for "no timestamp" in a row header.
 _NONE = 2**63 - 1
 _HEADER = struct.Struct(">qqqq")  # version, event wake, processing wake, hold
 _SORTABLE = struct.Struct(">Q")
 _META = struct.Struct(">q")
-_DATABASES = ("rows", "event_wakes", "processing_wakes", "holds", "undo", "meta")
-#: A store's memory map starts at this size and doubles when half used.
-INITIAL_MAP_BYTES = 1 << 30
-#: Disk space is reserved for a store in steps of this many bytes (see :func:`_reserve`).
-_RESERVE_STEP = 8 << 20
-#: Open environments per Python worker process (least recently used ones are closed).
-_ENVIRONMENT_LIMIT = 64
 #: The run directories of state on an executor are named so (see :func:`executor_root`).
 RUN_DIRECTORY_PREFIX = "beam-state-"
 
@@ -152,8 +142,7 @@ def remove_run(run: str) -> int:
     removed = 0
     for directory in executor_local_directories():
         root = os.path.join(directory, RUN_DIRECTORY_PREFIX + run)
-        for path in [path for path in _ENVIRONMENTS if path.startswith(root + os.sep)]:
-            _forget(path)
+        store_environments.forget_under(root)
         if os.path.isdir(root):
             shutil.rmtree(root, ignore_errors=True)
             removed += 1
@@ -219,121 +208,6 @@ def _decode_row(row: bytes) -> Tuple[int, KeyState]:
                              _optional(hold))
 
 
-# ----- environments, one per store, cached per Python worker process
-class _OpenStore(NamedTuple):
-    environment: Any
-    databases: Dict[str, Any]
-    identity: Tuple[int, int]  # (device, inode) of its data file, as opened
-
-
-_ENVIRONMENTS: "collections.OrderedDict[str, _OpenStore]" = collections.OrderedDict()
-
-
-def _identity(path: str) -> Optional[Tuple[int, int]]:
-    try:
-        stat = os.stat(os.path.join(path, "data.mdb"))
-    except FileNotFoundError:
-        return None
-    return stat.st_dev, stat.st_ino
-
-
-def _environment(path: str) -> Tuple[Any, Dict[str, Any]]:
-    """The open LMDB environment at ``path`` and its databases (created if missing).
-
-    A handle is reused only while it is on the file now at ``path``: another Python
-    worker of the executor may have rebuilt the store (a new file) since this one opened
-    it."""
-    cached = _ENVIRONMENTS.pop(path, None)
-    if cached is None or cached.identity != _identity(path):
-        if cached is not None:
-            background_snapshots.wait(path)
-            cached.environment.close()
-        _RESERVED.pop(path, None)
-        # Stores of runs that ended (their directories removed) are closed: their memory
-        # maps would keep the deleted files' disk space.
-        for stale in [other for other in _ENVIRONMENTS if not os.path.isdir(other)]:
-            _forget(stale)
-        os.makedirs(path, exist_ok=True)
-        # writemap: measured flat write cost as the store grows (without it, random keys
-        # cost 4x more at 1M keys); sync off: a batch's durability is the state files' job.
-        environment = lmdb.open(path, map_size=INITIAL_MAP_BYTES, max_dbs=len(_DATABASES),
-                                sync=False, metasync=False, writemap=True, readahead=False,
-                                meminit=False)
-        with environment.begin(write=True) as txn:
-            databases = {name: environment.open_db(name.encode(), txn=txn)
-                         for name in _DATABASES}
-        cached = _OpenStore(environment, databases, _identity(path))
-    _ENVIRONMENTS[path] = cached
-    while len(_ENVIRONMENTS) > _ENVIRONMENT_LIMIT:
-        stale_path, stale = _ENVIRONMENTS.popitem(last=False)
-        background_snapshots.wait(stale_path)
-        stale.environment.close()
-    return cached.environment, cached.databases
-
-
-def _forget(path: str) -> None:
-    background_snapshots.wait(path)
-    _RESERVED.pop(path, None)
-    cached = _ENVIRONMENTS.pop(path, None)
-    if cached is not None:
-        cached.environment.close()
-
-
-def _ensure_room(environment: Any) -> None:
-    """Double the memory map while more than half of it is used (no transaction may be open
-    in this process: stores are used one task at a time)."""
-    info, stat = environment.info(), environment.stat()
-    used = (info["last_pgno"] + 1) * stat["psize"]
-    size = info["map_size"]
-    while used * 2 > size:
-        size *= 2
-    if size != info["map_size"]:
-        environment.set_mapsize(size)
-
-
-#: path -> bytes of its data file known to be allocated on disk (see :func:`_reserve`)
-_RESERVED: Dict[str, int] = {}
-
-
-def _reserve(environment: Any, path: str, keys: int, data_bytes: int) -> None:
-    """Allocate disk space for a write transaction of ``keys`` keys and ``data_bytes`` bytes
-    before it runs.
-
-    A store is written through its memory map (``writemap``) into a sparse file: on a full
-    disk the page fault that needs a new block kills the Python worker with SIGBUS, an
-    error nobody can read. So the data file's blocks are allocated ahead
-    (``posix_fallocate``, which fails cleanly with ENOSPC): enough for the pages the
-    transaction can copy (8 a key: its row, its undo record and its index entries, each on
-    a page of its own at worst; never more than the pages in use, as a transaction copies a
-    page once) and three times its data. A store thus keeps about 32 KiB per key of a
-    batch allocated beyond its pages in use."""
-    info, stat = environment.info(), environment.stat()
-    page = stat["psize"]
-    used = (info["last_pgno"] + 1) * page
-    needed = used + min(keys * 8 * page, used) + 3 * data_bytes + (4 << 20)
-    # Within the map: LMDB writes no page beyond it (a fuller map grows first).
-    needed = min(-(-needed // _RESERVE_STEP) * _RESERVE_STEP, info["map_size"])
-    if needed <= _RESERVED.get(path, 0):
-        return
-    data_file = os.path.join(path, "data.mdb")
-    descriptor = os.open(data_file, os.O_RDWR)
-    try:
-        os.posix_fallocate(descriptor, 0, needed)
-    except OSError as error:
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
-            if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem without it
-                _RESERVED[path] = needed
-                return
-            raise
-        allocated = os.stat(data_file).st_blocks * 512
-        raise full_disk(f"writing the state store {path} (an executor local directory: "
-                        "spark.local.dir, or the directories YARN or Kubernetes give it)",
-                        path, max(needed - allocated, 0)) from error
-    finally:
-        os.close(descriptor)
-    _RESERVED[path] = needed
-
-
 class PartitionState:
     """One task's access to a key partition's store.
 
@@ -366,9 +240,9 @@ class PartitionState:
     @classmethod
     def open(cls, location: StoreLocation, plan: VersionPlan) -> "PartitionState":
         path = location.path()
-        environment, databases = _environment(path)
-        _ensure_room(environment)
-        _reserve(environment, path, *_undo_size(environment, databases))
+        environment, databases = store_environments.open_environment(path)
+        store_environments.ensure_room(environment, path)
+        store_environments.reserve(environment, path, *_undo_size(environment, databases))
         txn = environment.begin(write=True)
         loaded = False
         try:
@@ -401,11 +275,13 @@ class PartitionState:
                          for key, state in self._writes.items())
         for _ in range(32):
             try:
-                _reserve(self._environment, path, len(self._writes), data_bytes)
+                store_environments.reserve(self._environment, path, len(self._writes),
+                                           data_bytes)
                 self.summary, rows = self._apply()
                 break
             except lmdb.MapFullError:  # the task wrote more than the map had free
-                self._environment.set_mapsize(2 * self._environment.info()["map_size"])
+                store_environments.set_map_size(self._environment, path,
+                              2 * self._environment.info()["map_size"])
         else:
             raise RuntimeError(f"the state of {self.location.path()} does not fit its map")
         durable = self.plan.durable
@@ -426,7 +302,7 @@ class PartitionState:
         if durable.snapshot_now:
             copy = tempfile.mkdtemp(prefix=".snapshot-", dir=self.location.root)
             try:
-                _copy_store(self._environment, copy)
+                store_environments.copy_store(self._environment, copy)
                 return durable.write_snapshot(self.plan.target, os.path.join(copy, "data.mdb"),
                                               commit)
             finally:
@@ -435,7 +311,7 @@ class PartitionState:
         if durable.snapshot:
             background_snapshots.start(self.location.root, self.location.path(),
                                        self._environment, durable, self.plan.target, commit,
-                                       _copy_store)
+                                       store_environments.copy_store)
         return written
 
     @property
@@ -513,22 +389,6 @@ class PartitionState:
                               _first(txn, databases, "event_wakes"),
                               _first(txn, databases, "processing_wakes"))
         return summary, written
-
-
-def _copy_store(environment: Any, directory: str, txn: Any = None) -> None:
-    """A compact copy of the store (at ``txn``'s version; None: the latest) in
-    ``directory``; a full disk says so."""
-    try:
-        environment.copy(directory, compact=True, txn=txn)
-    except lmdb.Error as error:
-        if "No space left" not in str(error) and "Disk quota" not in str(error):
-            raise
-        raise full_disk("copying a state store for a snapshot", directory,
-                        _used_bytes(environment)) from error
-
-
-def _used_bytes(environment: Any) -> int:
-    return (environment.info()["last_pgno"] + 1) * environment.stat()["psize"]
 
 
 def _undo_size(environment: Any, databases: Dict[str, Any]) -> Tuple[int, int]:
@@ -611,12 +471,12 @@ def _rebuild(location: StoreLocation, plan: VersionPlan, found: int) -> Tuple[An
             "executor, another executor on a cluster) it is rebuilt from the checkpoint "
             "location: run with --checkpoint_dir on storage every executor can read, and "
             "restart the job.")
-    _forget(path)
+    store_environments.forget(path)
     shutil.rmtree(path, ignore_errors=True)
     try:
         return _rebuild_from(location, plan)
     except BaseException:
-        _forget(path)
+        store_environments.forget(path)
         shutil.rmtree(path, ignore_errors=True)
         raise
 
@@ -633,8 +493,9 @@ def _rebuild_from(location: StoreLocation, plan: VersionPlan) -> Tuple[Any, Dict
             durable.read_snapshot(chain[0], incoming)
         os.replace(incoming, os.path.join(path, "data.mdb"))
         chain = chain[1:]
-    environment, databases = _environment(path)
-    _reserve(environment, path, 0, sum(state_file.size for state_file in chain))
+    environment, databases = store_environments.open_environment(path)
+    store_environments.reserve(environment, path, 0,
+                               sum(state_file.size for state_file in chain))
     with environment.begin(write=True) as txn:
         txn.drop(databases["undo"], delete=False)
         keys, size = _meta_value(txn, databases, b"keys"), _meta_value(txn, databases, b"bytes")
@@ -687,7 +548,4 @@ def _corrupt_named(location: StoreLocation, plan: VersionPlan, chain: List[State
 
 def close_all() -> None:
     """Close every store this process has open (tests; a worker that is done)."""
-    background_snapshots.wait()
-    while _ENVIRONMENTS:
-        _, cached = _ENVIRONMENTS.popitem()
-        cached.environment.close()
+    store_environments.close_all()

@@ -10,8 +10,9 @@ the tasks on the executors) therefore goes through :func:`retried`:
 - :func:`classify` sorts what the filesystem raised: *transient* (throttling, server
   errors, resets, timeouts) is retried with exponential backoff and full jitter until the
   budget (``--storage_retry_seconds``, default :data:`DEFAULT_RETRY_SECONDS`) is spent;
-  *permanent* (access denied, a missing bucket, bad credentials, anything unknown) fails at
-  once, with a message that names the setting to fix; *full* (no space left) fails at once
+  *refused* (access denied, a missing bucket, bad credentials) fails at once as
+  :class:`StorageError`, with a message that names the setting to fix; anything else
+  (*permanent*) is raised as it is, at once; *full* (no space left) fails at once
   as :class:`StorageFullError`, naming the path and the bytes needed.
 - An operation that needed retries is logged once (WARNING) when it ends, not per attempt,
   and counted (:func:`take_retries`): a task reports its count with its partition, the
@@ -100,8 +101,10 @@ class StorageUnavailableError(RuntimeError):
 
 
 class StorageFault(NamedTuple):
-    """What an error of the storage means: ``kind`` is ``"transient"``, ``"full"`` or
-    ``"permanent"``; ``reason`` names the error (and for a permanent one, what to fix)."""
+    """What an error of the storage means: ``kind`` is ``"transient"``, ``"full"``,
+    ``"refused"`` (the store refused the job's settings: a missing bucket, bad credentials)
+    or ``"permanent"`` (anything else); ``reason`` names the error, and for a refusal what
+    to fix."""
 
     kind: str
     reason: str
@@ -146,9 +149,9 @@ def classify(error: BaseException) -> StorageFault:
             return StorageFault("full", os.strerror(cause.errno))
         for code in _codes(cause):
             if isinstance(code, str) and code in _PERMANENT_CODES:
-                return StorageFault("permanent", f"{code}: {_PERMANENT_CODES[code]}")
+                return StorageFault("refused", f"{code}: {_PERMANENT_CODES[code]}")
             if code in (401, 403):
-                return StorageFault("permanent", f"HTTP {code}: {_CREDENTIALS}")
+                return StorageFault("refused", f"HTTP {code}: {_CREDENTIALS}")
             if transient is None and (code in _TRANSIENT_CODES or code in _TRANSIENT_STATUSES):
                 transient = f"{code}"
         if transient is None and (
@@ -213,9 +216,9 @@ def retried(operation: str, path: str, call: Callable[[], _T],
             fault = classify(error)
             if fault.kind == "full":
                 raise full_disk(f"{operation} {path}", path, needed) from error
+            if fault.kind == "refused":
+                raise StorageError(f"{operation} {path}: {fault.reason}") from error
             if fault.kind == "permanent":
-                if fault.reason.split(":", 1)[0] in _PERMANENT_CODES or "HTTP 40" in fault.reason:
-                    raise StorageError(f"{operation} {path}: {fault.reason}") from error
                 raise
             failures += 1
             elapsed = time.monotonic() - started
