@@ -200,7 +200,7 @@ def test_bad_credentials_fail_at_once_naming_the_settings(spark_session, s3_buck
 
 
 def test_errors_are_sorted_by_what_the_storage_raised():
-    from botocore.exceptions import ClientError, ConnectionClosedError
+    from botocore.exceptions import ClientError, ConnectionClosedError, SSLError
 
     def client_error(code, status):
         return ClientError({"Error": {"Code": code, "Message": code},
@@ -209,6 +209,7 @@ def test_errors_are_sorted_by_what_the_storage_raised():
     assert classify(client_error("SlowDown", 503)).kind == "transient"
     assert classify(client_error("InternalError", 500)).kind == "transient"
     assert classify(ConnectionClosedError(endpoint_url="http://x")).kind == "transient"
+    assert classify(SSLError(endpoint_url="https://x", error="EOF")).kind == "transient"
     assert classify(client_error("AccessDenied", 403)).kind == "refused"
     assert classify(client_error("NoSuchBucket", 404)).kind == "refused"
     assert classify(ValueError("a bug")).kind == "permanent"

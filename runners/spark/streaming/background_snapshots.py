@@ -11,8 +11,9 @@ the run's stores. The next task of the partition on that executor reports the no
 driver then starts the partition's chain at the snapshot, keeping the deltas after it.
 
 Until the note is reported nothing changes: a job that dies mid-snapshot (or a worker whose
-thread is killed) keeps its chain of deltas, and the file it wrote in part is named by no
-chain (the next checkpoint's clean-up deletes it). One snapshot per partition is in flight
+thread is killed) keeps its chain of deltas; the object it wrote in part is named by no
+chain (a restart's clean-up deletes it), and the copy it left on the executor is removed
+when the partition's next snapshot starts. One snapshot per partition is in flight
 at a time on an executor (a lock file, held by the thread, across the executor's Python
 workers). A store is closed only after its snapshot thread ends (:func:`wait`).
 """
@@ -39,33 +40,58 @@ _THREADS: Dict[str, threading.Thread] = {}
 _LOCK = threading.Lock()
 
 
+def _name(root: str, store: str) -> str:
+    return os.path.relpath(store, root).replace(os.sep, "-")
+
+
 def _paths(root: str, store: str) -> tuple:
-    name = os.path.relpath(store, root).replace(os.sep, "-")
     directory = os.path.join(root, _DIRECTORY)
+    name = _name(root, store)
     return os.path.join(directory, name + ".lock"), os.path.join(directory, name + ".json")
 
 
-def start(root: str, store: str, environment: Any, durable: DurableState, version: int,
-          commit: str, copy_store: Callable[[Any, str, Any], None]) -> bool:
+def copy_directory(root: str, store: str) -> str:
+    """A new directory for a compact copy of ``store``: named after it, so that a copy a
+    killed worker left is found and removed (:func:`start`)."""
+    return tempfile.mkdtemp(prefix=f".snapshot-{_name(root, store)}-", dir=root)
+
+
+def start(root: str, store: str, environment: Any, txn: Any, durable: DurableState,
+          version: int, commit: str, copy_store: Callable[[Any, str, Any], None]) -> bool:
     """Start writing a snapshot of ``store`` (under the run's ``root``) at the committed
-    ``version``; False when one is in flight for it already. ``copy_store(environment,
-    directory, txn)`` makes the compact copy."""
-    lock_path, _ = _paths(root, store)
-    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-    lock = open(lock_path, "a+b")
+    ``version``, which the read transaction ``txn`` pins; ``copy_store(environment,
+    directory, txn)`` makes the compact copy. Returns False, with ``txn`` ended, when one
+    is in flight for the store already or the snapshot cannot start (logged: the task has
+    committed and written its delta, and the chain keeps it)."""
+    lock = None
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
+        lock_path, _ = _paths(root, store)
+        os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+        lock = open(lock_path, "a+b")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            txn.abort()
+            return False
+        # Copies that a worker killed mid-snapshot left (as large as the store).
+        for name in os.listdir(root):
+            if name.startswith(f".snapshot-{_name(root, store)}-"):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        thread = threading.Thread(
+            target=_write, args=(root, store, environment, txn, durable, version, commit,
+                                 copy_store, lock),
+            name=f"snapshot {store}@{version}", daemon=True)
+        thread.start()
+    except Exception:
+        txn.abort()
+        if lock is not None:
+            lock.close()
+        _LOGGER.warning("the snapshot of %s at version %d did not start; its chain keeps its "
+                        "deltas", store, version, exc_info=True)
         return False
-    txn = environment.begin()  # pins the version just committed for the copy
-    thread = threading.Thread(
-        target=_write, args=(root, store, environment, txn, durable, version, commit,
-                             copy_store, lock),
-        name=f"snapshot {store}@{version}", daemon=True)
     with _LOCK:
         _THREADS[store] = thread
-    thread.start()
     return True
 
 
@@ -81,7 +107,7 @@ def _write(root: str, store: str, environment: Any, txn: Any, durable: DurableSt
     except (AttributeError, OSError):
         pass
     try:
-        copy = tempfile.mkdtemp(prefix=".snapshot-", dir=root)
+        copy = copy_directory(root, store)
         try:
             copy_store(environment, copy, txn)
         finally:

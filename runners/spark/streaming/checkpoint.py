@@ -120,7 +120,8 @@ def checkpoint_name(batch: int) -> str:
 
 
 def _storage(location: "str | DurableStorage") -> DurableStorage:
-    return location if isinstance(location, DurableStorage) else DurableStorage.open(location)
+    return (location if isinstance(location, DurableStorage)
+            else DurableStorage.open(location, probe=False))
 
 
 def _checkpoints(storage: DurableStorage) -> List[Tuple[int, str]]:

@@ -122,11 +122,13 @@ class KeyedStep:
     def _start_chain_at(self, partition: int, snapshot: StateFile) -> None:
         """A snapshot written in the background: the chain starts at it when it is of a
         version the chain holds, by the commit accepted for it (another attempt's, or one
-        of a version the chain has moved past, is left for the clean-up)."""
+        of a version the chain has moved past, is deleted with the files the next checkpoint
+        supersedes: no manifest names it)."""
         chain = self.chains.get(partition, ())
         accepted = [entry for entry in chain
                     if entry.version == snapshot.version and entry.commit == snapshot.commit]
         if not accepted:
+            self._superseded.append((partition, snapshot))
             return
         self._superseded.extend((partition, entry) for entry in chain
                                 if entry.version <= snapshot.version)

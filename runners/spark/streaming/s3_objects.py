@@ -5,8 +5,9 @@ logged at ERROR level on every failure) and makes a new client per operation; bo
 retries throttling and resets by itself, invisibly. A streaming run writes a state file per
 key partition at every batch, and its retries must be bounded, logged once and counted
 (:mod:`~runners.spark.streaming.storage_faults`). So the runner reaches S3 itself: one
-request per object, with botocore's own retries off, the ``--s3_*`` options read as Beam's
-S3 filesystem reads them. The pipeline's own S3 reads and writes keep Beam's filesystem.
+request per object (up to 1 GB; a multipart upload above), with botocore's own retries
+off, the ``--s3_*`` options read as Beam's S3 filesystem reads them. The pipeline's own S3
+reads and writes keep Beam's filesystem.
 
 >>> S3Objects.split("s3://bucket/a/b.bin")
 ('bucket', 'a/b.bin')
@@ -18,6 +19,7 @@ False
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import threading
@@ -25,6 +27,9 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 #: Bytes read at a time when an object is copied to a local file.
 _COPY_BYTES = 8 << 20
+#: Largest file uploaded in one PUT, and the parts of a larger one.
+_SINGLE_PUT_BYTES = 1 << 30
+_PART_BYTES = 256 << 20
 #: Objects per DeleteObjects request (S3's limit).
 _DELETE_BATCH = 1000
 _CLIENTS: Dict[Tuple[Tuple[str, Any], ...], Any] = {}
@@ -88,8 +93,7 @@ class S3Objects:
         except Exception as error:  # botocore's ClientError; a missing object is a 404
             status = getattr(error, "response", {}).get("ResponseMetadata", {}).get(
                 "HTTPStatusCode")
-            code = getattr(error, "response", {}).get("Error", {}).get("Code")
-            if status == 404 and code != "NoSuchBucket":
+            if status == 404:  # a HEAD has no body to tell a missing bucket from a key
                 return False
             raise
         return True
@@ -124,11 +128,18 @@ class S3Objects:
                                   f"{first.get('Key')}: {first.get('Message')}")
 
     def upload(self, local_path: str, path: str) -> None:
-        """One PUT (S3 takes objects up to 5 GB so; a key partition's snapshot is its
-        share of the step's state)."""
+        """One PUT; a file over :data:`_SINGLE_PUT_BYTES` as a multipart upload (S3 takes
+        at most 5 GB in one PUT), aborted if it fails."""
         bucket, key = self.split(path)
-        with open(local_path, "rb") as source:
-            self._client.put_object(Bucket=bucket, Key=key, Body=source)
+        if os.path.getsize(local_path) <= _SINGLE_PUT_BYTES:
+            with open(local_path, "rb") as source:
+                self._client.put_object(Bucket=bucket, Key=key, Body=source)
+            return
+        from boto3.s3.transfer import TransferConfig
+
+        self._client.upload_file(local_path, bucket, key, Config=TransferConfig(
+            multipart_threshold=_SINGLE_PUT_BYTES, multipart_chunksize=_PART_BYTES,
+            use_threads=False))
 
     def download(self, path: str, local_path: str) -> None:
         bucket, key = self.split(path)

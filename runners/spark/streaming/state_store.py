@@ -267,12 +267,17 @@ class PartitionState:
         return self
 
     def __exit__(self, error_type, error, traceback) -> None:
-        self._txn.abort()
         if error_type is not None:
+            self._txn.abort()
             return
         path = self.location.path()
-        data_bytes = sum(len(key) + (0 if state is None else len(state.blob)) + 64
+        # What the transaction writes: each key six times (row, undo, indexes), its new
+        # row and the row it replaces (kept as the undo record).
+        rows = self._db["rows"]
+        data_bytes = sum(6 * len(key) + 128 + (0 if state is None else len(state.blob))
+                         + len(self._txn.get(key, b"", db=rows))
                          for key, state in self._writes.items())
+        self._txn.abort()
         for _ in range(32):
             try:
                 store_environments.reserve(self._environment, path, len(self._writes),
@@ -281,7 +286,7 @@ class PartitionState:
                 break
             except lmdb.MapFullError:  # the task wrote more than the map had free
                 store_environments.set_map_size(self._environment, path,
-                              2 * self._environment.info()["map_size"])
+                                                2 * self._environment.info()["map_size"])
         else:
             raise RuntimeError(f"the state of {self.location.path()} does not fit its map")
         durable = self.plan.durable
@@ -291,27 +296,42 @@ class PartitionState:
             self.written = self._write_state_file(rows)
         self.snapshot = background_snapshots.finished(self.location.root, path)
 
+    def _committed(self) -> Optional[Any]:
+        """A read transaction on this task's commit (None: another worker of the executor
+        committed since: a concurrent attempt, whose state is not this task's)."""
+        txn = self._environment.begin()
+        if txn.get(b"commit", db=self._db["meta"]) != self.commit:
+            txn.abort()
+            return None
+        return txn
+
     def _write_state_file(self, rows: List[Tuple[bytes, Optional[bytes]]]) -> StateFile:
         """The rows this task changed as a delta (after the commit: a task retried after it
         rolls back first). When the chain is due a snapshot, one of the committed version
         starts in the background (:mod:`~runners.spark.streaming.background_snapshots`); a
         chain long overdue one (its snapshots keep failing) gets it now, instead of the
-        delta."""
+        delta. Either copies the store at this task's commit, pinned before the delta's
+        upload (which may retry for a while)."""
         durable = self.plan.durable
         commit = self.commit.hex()
-        if durable.snapshot_now:
-            copy = tempfile.mkdtemp(prefix=".snapshot-", dir=self.location.root)
+        pinned = self._committed() if durable.snapshot or durable.snapshot_now else None
+        if durable.snapshot_now and pinned is not None:
+            root, store = self.location.root, self.location.path()
+            copy = background_snapshots.copy_directory(root, store)
             try:
-                store_environments.copy_store(self._environment, copy)
+                try:
+                    store_environments.copy_store(self._environment, copy, pinned)
+                finally:
+                    pinned.abort()
                 return durable.write_snapshot(self.plan.target, os.path.join(copy, "data.mdb"),
                                               commit)
             finally:
                 shutil.rmtree(copy, ignore_errors=True)
         written = durable.write_delta(self.plan.target, rows, commit)
-        if durable.snapshot:
+        if pinned is not None:
             background_snapshots.start(self.location.root, self.location.path(),
-                                       self._environment, durable, self.plan.target, commit,
-                                       store_environments.copy_store)
+                                       self._environment, pinned, durable, self.plan.target,
+                                       commit, store_environments.copy_store)
         return written
 
     @property
@@ -494,8 +514,9 @@ def _rebuild_from(location: StoreLocation, plan: VersionPlan) -> Tuple[Any, Dict
         os.replace(incoming, os.path.join(path, "data.mdb"))
         chain = chain[1:]
     environment, databases = store_environments.open_environment(path)
-    store_environments.reserve(environment, path, 0,
-                               sum(state_file.size for state_file in chain))
+    delta_bytes = sum(state_file.size for state_file in chain)
+    # A delta's row takes at least 16 bytes (two lengths, a key, a row header).
+    store_environments.reserve(environment, path, delta_bytes // 16, 2 * delta_bytes)
     with environment.begin(write=True) as txn:
         txn.drop(databases["undo"], delete=False)
         keys, size = _meta_value(txn, databases, b"keys"), _meta_value(txn, databases, b"bytes")

@@ -72,6 +72,8 @@ _FILESYSTEM_OPTION_CLASSES = (S3Options, GoogleCloudOptions, AzureOptions,
 _COPY_BYTES = 8 << 20
 _UNCOMPRESSED = CompressionTypes.UNCOMPRESSED
 _T = TypeVar("_T")
+#: Seconds the probe of a new checkpoint location retries transient errors.
+_PROBE_RETRY_SECONDS = 30.0
 
 
 def _filesystem_option_names() -> frozenset:
@@ -116,11 +118,12 @@ class DurableStorage:
 
     @classmethod
     def open(cls, location: str, options: Optional[PipelineOptions] = None,
-             flag: str = "--checkpoint_dir",
-             retry_seconds: float = DEFAULT_RETRY_SECONDS) -> "DurableStorage":
+             flag: str = "--checkpoint_dir", retry_seconds: float = DEFAULT_RETRY_SECONDS,
+             probe: bool = True) -> "DurableStorage":
         """Storage at ``location``, checked now: a scheme no installed filesystem serves, a
-        local path that is a file, or an object store that refuses a first write (a missing
-        bucket, bad credentials) raises :class:`StorageError` naming the setting."""
+        local path that is a file, or (``probe``: a job about to write there) an object
+        store that refuses a first write (a missing bucket, bad credentials) raises
+        :class:`StorageError` naming the setting."""
         location = location.strip()
         if not location:
             raise StorageError(f"{flag} is empty: give a directory or a URL (s3://bucket/x)")
@@ -141,7 +144,7 @@ class DurableStorage:
                 f"apache-beam[azure]); install the matching extra ({error})") from None
         if storage.is_local and os.path.exists(storage.root) and not os.path.isdir(storage.root):
             raise StorageError(f"{flag}={location}: not a directory")
-        if not storage.is_local:
+        if probe and not storage.is_local:
             storage._probe(flag, location)
         return storage
 
@@ -149,9 +152,13 @@ class DurableStorage:
         """Write and delete a small object: permanent errors (a missing bucket, bad
         credentials) show now, naming the setting, not at the first checkpoint."""
         probe = self.join(f".probe-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        # A short budget: an endpoint that does not answer at start is more likely wrong
+        # than busy.
+        quick = dataclasses.replace(self, retry_seconds=min(self.retry_seconds,
+                                                            _PROBE_RETRY_SECONDS))
         try:
-            self.write(probe, b"probe")
-            self.delete([probe])
+            quick.write(probe, b"probe")
+            quick.delete([probe])
         except StorageError as error:
             raise StorageError(f"{flag}={location}: {error}") from None
 

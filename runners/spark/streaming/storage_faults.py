@@ -62,14 +62,18 @@ _TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _TRANSIENT_CODES = frozenset({
     "SlowDown", "Throttling", "ThrottlingException", "TooManyRequests", "RequestTimeout",
     "RequestTimeoutException", "InternalError", "ServiceUnavailable", "RequestLimitExceeded",
-    "OperationAborted"})
+    "OperationAborted",
+    # a request body damaged on its way (every operation here may be repeated)
+    "BadDigest", "XAmzContentSHA256Mismatch", "IncompleteBody"})
 #: Exceptions of the HTTP stacks (botocore, urllib3, http.client, google-api-core) that mean
 #: the connection failed, not the request.
 _TRANSIENT_NAMES = frozenset({
     "ConnectionClosedError", "EndpointConnectionError", "ReadTimeoutError",
     "ConnectTimeoutError", "ProtocolError", "IncompleteRead", "IncompleteReadError",
     "ResponseStreamingError", "RemoteDisconnected", "ServiceUnavailable", "TooManyRequests",
-    "InternalServerError", "BadGateway", "GatewayTimeout", "DeadlineExceeded"})
+    "InternalServerError", "BadGateway", "GatewayTimeout", "DeadlineExceeded",
+    # botocore's bases of its connection errors (SSLError, ProxyConnectionError, ...)
+    "HTTPClientError", "ConnectionError"})
 #: Error codes that no retry fixes, and what to check.
 _CREDENTIALS = ("check the credentials the job runs with (--s3_access_key_id and "
                 "--s3_secret_access_key, or the AWS credentials of the environment; for "
@@ -156,7 +160,7 @@ def classify(error: BaseException) -> StorageFault:
                 transient = f"{code}"
         if transient is None and (
                 isinstance(cause, (ConnectionError, TimeoutError))
-                or type(cause).__name__ in _TRANSIENT_NAMES):
+                or any(base.__name__ in _TRANSIENT_NAMES for base in type(cause).__mro__)):
             transient = type(cause).__name__
     if transient is not None:
         return StorageFault("transient", transient)
@@ -214,6 +218,8 @@ def retried(operation: str, path: str, call: Callable[[], _T],
             raise
         except Exception as error:  # sorted by classify; anything unknown is re-raised
             fault = classify(error)
+            if fault.kind != "transient":
+                _RETRIES.add(failures)  # the attempts before it were retried all the same
             if fault.kind == "full":
                 raise full_disk(f"{operation} {path}", path, needed) from error
             if fault.kind == "refused":

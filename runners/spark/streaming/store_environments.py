@@ -69,7 +69,6 @@ def open_environment(path: str) -> Tuple[Any, Dict[str, Any]]:
         if cached is not None:
             background_snapshots.wait(path)
             cached.environment.close()
-        _RESERVED.pop(path, None)
         # Stores of runs that ended (their directories removed) are closed: their memory
         # maps would keep the deleted files' disk space.
         for stale in [other for other in _ENVIRONMENTS if not os.path.isdir(other)]:
@@ -80,11 +79,15 @@ def open_environment(path: str) -> Tuple[Any, Dict[str, Any]]:
         environment = lmdb.open(path, map_size=INITIAL_MAP_BYTES, max_dbs=len(DATABASES),
                                 sync=False, metasync=False, writemap=True, readahead=False,
                                 meminit=False)
+        reserve(environment, path, keys=0, data_bytes=0)  # the databases' own pages
         with environment.begin(write=True) as txn:
             databases = {name: environment.open_db(name.encode(), txn=txn)
                          for name in DATABASES}
         cached = _OpenStore(environment, databases, _identity(path))
     _ENVIRONMENTS[path] = cached
+    # A reader slot of a worker that ended mid-snapshot (its copy's read transaction open)
+    # would keep every page freed since from reuse: the store would grow at every commit.
+    cached.environment.reader_check()
     while len(_ENVIRONMENTS) > _ENVIRONMENT_LIMIT:
         stale_path, stale = _ENVIRONMENTS.popitem(last=False)
         background_snapshots.wait(stale_path)
@@ -94,7 +97,6 @@ def open_environment(path: str) -> Tuple[Any, Dict[str, Any]]:
 
 def forget(path: str) -> None:
     background_snapshots.wait(path)
-    _RESERVED.pop(path, None)
     cached = _ENVIRONMENTS.pop(path, None)
     if cached is not None:
         cached.environment.close()
@@ -119,47 +121,41 @@ def set_map_size(environment: Any, path: str, size: int) -> None:
     environment.set_mapsize(size)
 
 
-#: path -> bytes of its data file known to be allocated on disk (see :func:`reserve`)
-_RESERVED: Dict[str, int] = {}
-
-
 def reserve(environment: Any, path: str, keys: int, data_bytes: int) -> None:
     """Allocate disk space for a write transaction of ``keys`` keys and ``data_bytes`` bytes
-    before it runs.
+    (the keys, and the rows written and replaced) before it runs.
 
     A store is written through its memory map (``writemap``) into a sparse file: on a full
     disk the page fault that needs a new block kills the Python worker with SIGBUS, an
     error nobody can read. So the data file's blocks are allocated ahead
-    (``posix_fallocate``, which fails cleanly with ENOSPC): enough for the pages the
-    transaction can copy (8 a key: its row, its undo record and its index entries, each on
-    a page of its own at worst; never more than the pages in use, as a transaction copies a
-    page once) and three times its data. A store thus keeps about 32 KiB per key of a
-    batch allocated beyond its pages in use."""
+    (``posix_fallocate``, which fails cleanly with ENOSPC), for the worst case of the
+    transaction: every page it touches copied (8 a key: its row, its undo record and its
+    index entries, each on a page of its own; never more than the pages in use) and its
+    data written four times over (rows, undo records, index entries, half-full pages after
+    splits). Another worker of the executor may have reopened the file since (LMDB truncates
+    it to its map when it opens), so the allocation is asked for every time, not
+    remembered."""
     info, stat = environment.info(), environment.stat()
     page = stat["psize"]
     used = (info["last_pgno"] + 1) * page
-    needed = used + min(keys * 8 * page, used) + 3 * data_bytes + (4 << 20)
+    needed = used + min(keys * 8 * page, used) + 4 * data_bytes + (4 << 20)
     # Within the map: LMDB writes no page beyond it (a fuller map grows first).
     needed = min(-(-needed // _RESERVE_STEP) * _RESERVE_STEP, info["map_size"])
-    if needed <= _RESERVED.get(path, 0):
-        return
     data_file = os.path.join(path, "data.mdb")
     descriptor = os.open(data_file, os.O_RDWR)
     try:
-        os.posix_fallocate(descriptor, 0, needed)
+        os.posix_fallocate(descriptor, 0, needed)  # ~10 us where the blocks are there
     except OSError as error:
+        if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem without it
+            return
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
-            if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem without it
-                _RESERVED[path] = needed
-                return
             raise
-        allocated = os.stat(data_file).st_blocks * 512
+        allocated = os.fstat(descriptor).st_blocks * 512
         raise full_disk(f"writing the state store {path} (an executor local directory: "
                         "spark.local.dir, or the directories YARN or Kubernetes give it)",
                         path, max(needed - allocated, 0)) from error
     finally:
         os.close(descriptor)
-    _RESERVED[path] = needed
 
 
 def copy_store(environment: Any, directory: str, txn: Any = None) -> None:
