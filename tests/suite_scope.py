@@ -82,6 +82,23 @@ EXTENDED: Dict[str, str] = {
         "a batch pipeline through a Connect server of the cluster (64 s with the server's "
         "start); the core suite runs the cluster on classic Spark and every model test on a "
         "Connect server, and make test-connect runs this",
+    "job_server/test_job_server.py::test_project_pipeline_gives_the_direct_runners_output":
+        "a project pipeline through the job server against the DirectRunner (18 s): the core "
+        "suite runs Beam's wordcount and TestStream panes through it",
+    "job_server/test_job_server.py::test_a_failing_job_reports_the_users_error": "a failing "
+        "job through the job server (17 s): the core suite checks the user's error through "
+        "the runner, and the job server's state stream",
+    "job_server/test_job_server.py::test_jobs_run_side_by_side_and_cancel_stops_one": "two "
+        "jobs side by side on the job server, one cancelled (11 s): the core suite cancels a "
+        "streaming job through it",
+    "job_server/test_job_server.py::test_beam_wordcount_runs_on_the_job_server[BeamSparkRunner]":
+        "Beam's wordcount through the job server named as Beam's Spark runner (6 s): the "
+        "core suite runs it through the PortableRunner",
+    "pipelines/test_cli.py::test_sensor_average_count_policy_replays_a_file": "sensor_average "
+        "from its command line (9 s): the core suite runs the pipeline in-process and "
+        "team_scores from its command line",
+    "pipelines/test_cli.py::test_page_views_reads_a_generated_file": "page_views from its "
+        "command line (6 s): the core suite runs the pipeline in-process",
     "streaming/test_storage_faults.py::test_a_job_resumed_on_a_corrupt_delta": "a job resumed "
         "on a delta with a flipped byte (18 s): the core suite refuses flipped deltas and "
         "snapshots where a store is rebuilt, and the error's way to the driver is the same",
