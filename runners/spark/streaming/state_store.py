@@ -267,21 +267,12 @@ class PartitionState:
         return self
 
     def __exit__(self, error_type, error, traceback) -> None:
+        self._txn.abort()
         if error_type is not None:
-            self._txn.abort()
             return
         path = self.location.path()
-        # What the transaction writes: each key six times (row, undo, indexes), its new
-        # row and the row it replaces (kept as the undo record).
-        rows = self._db["rows"]
-        data_bytes = sum(6 * len(key) + 128 + (0 if state is None else len(state.blob))
-                         + len(self._txn.get(key, b"", db=rows))
-                         for key, state in self._writes.items())
-        self._txn.abort()
         for _ in range(32):
             try:
-                store_environments.reserve(self._environment, path, len(self._writes),
-                                           data_bytes)
                 self.summary, rows = self._apply()
                 break
             except lmdb.MapFullError:  # the task wrote more than the map had free
@@ -375,6 +366,10 @@ class PartitionState:
         with self._environment.begin(write=True) as txn:
             if _meta_value(txn, databases, b"version") != self.plan.previous:
                 raise RuntimeError(f"{self.location.path()} changed version during a task")
+            olds = {key: txn.get(key, db=databases["rows"]) for key in self._writes}
+            # Disk space for what the transaction writes, before it writes.
+            store_environments.reserve(self._environment, self.location.path(),
+                                       len(self._writes), _written_bytes(self._writes, olds))
             keys = _meta_value(txn, databases, b"keys")
             size = _meta_value(txn, databases, b"bytes")
             meta = databases["meta"]
@@ -386,7 +381,7 @@ class PartitionState:
             txn.put(b"previous_commit", txn.get(b"commit", db=meta) or b"-", db=meta)
             txn.put(b"commit", self.commit, db=meta)
             for key, state in self._writes.items():
-                old = txn.get(key, db=databases["rows"])
+                old = olds[key]
                 txn.put(key, b"" if old is None else old, db=databases["undo"])
                 if old is not None:
                     _index_row(txn, databases, key, old, add=False)
@@ -409,6 +404,15 @@ class PartitionState:
                               _first(txn, databases, "event_wakes"),
                               _first(txn, databases, "processing_wakes"))
         return summary, written
+
+
+def _written_bytes(writes: Dict[bytes, Optional[KeyState]],
+                   olds: Dict[bytes, Optional[bytes]]) -> int:
+    """Bytes a transaction of ``writes`` puts in the store: each key six times (its row,
+    its undo record, its index entries), its new row and the row it replaces (the undo)."""
+    return sum(6 * len(key) + 128 + (0 if state is None else len(state.blob))
+               + (0 if olds[key] is None else len(olds[key]))
+               for key, state in writes.items())
 
 
 def _undo_size(environment: Any, databases: Dict[str, Any]) -> Tuple[int, int]:
