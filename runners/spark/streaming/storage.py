@@ -170,10 +170,14 @@ class DurableStorage:
     def _retry_policy(self) -> RetryPolicy:
         return RetryPolicy(budget_seconds=self.retry_seconds)
 
-    def _objects(self) -> Optional[S3Objects]:
-        """The runner's own S3 client for ``s3://`` (see :mod:`~runners.spark.streaming.
-        s3_objects`); None: Beam's filesystems (or the local one) serve the path."""
-        return S3Objects(self.options) if self.root.startswith("s3://") else None
+    def _files(self) -> Any:
+        """Who reaches this storage: the runner's own S3 client for ``s3://`` (see
+        :mod:`~runners.spark.streaming.s3_objects`), the local filesystem, or Beam's
+        filesystems for the other schemes; each with the same whole-object operations."""
+        self.use()
+        if self.root.startswith("s3://"):
+            return S3Objects(self.options)
+        return _LOCAL_FILES if self.is_local else _BEAM_FILES
 
     def _retried(self, operation: str, path: str, call: Callable[[], _T],
                  needed: Optional[int] = None) -> _T:
@@ -197,103 +201,48 @@ class DurableStorage:
     # ----- whole objects
     def write(self, path: str, data: bytes) -> None:
         """Write ``data`` as the object ``path``; a reader sees all of it or nothing."""
-        self.use()
-        objects = self._objects()
-        if objects is not None:
-            call = lambda: objects.write(path, data)  # noqa: E731
-        elif self.is_local:
-            call = lambda: _write_local(path, lambda file: file.write(data))  # noqa: E731
-        else:
-            call = lambda: _write_beam(path, lambda file: file.write(data))  # noqa: E731
-        self._retried("writing", path, call, len(data))
+        files = self._files()
+        self._retried("writing", path, lambda: files.write(path, data), len(data))
 
     def read(self, path: str) -> bytes:
-        self.use()
-        objects = self._objects()
-        if objects is not None:
-            return self._retried("reading", path, lambda: objects.read(path))
-        return self._retried("reading", path, lambda: _read_beam(path))
+        files = self._files()
+        return self._retried("reading", path, lambda: files.read(path))
 
     def exists(self, path: str) -> bool:
-        self.use()
-        objects = self._objects()
-        if objects is not None:
-            return self._retried("looking up", path, lambda: objects.exists(path))
-        return self._retried("looking up", path, lambda: FileSystems.exists(path))
+        files = self._files()
+        return self._retried("looking up", path, lambda: files.exists(path))
 
     def list(self, directory: str) -> List[str]:
         """Paths of every object under ``directory`` (recursively), sorted."""
-        self.use()
-        objects = self._objects()
-        prefix = directory.rstrip("/") + "/"
-        if objects is not None:
-            return self._retried("listing", directory, lambda: objects.list(prefix))
-        if self.is_local:
-            found = []
-            for parent, _, names in os.walk(directory):
-                found.extend(os.path.join(parent, name) for name in names)
-            return sorted(found)
-        return self._retried("listing", directory, lambda: _match_beam(prefix + "**"))
+        files, prefix = self._files(), directory.rstrip("/") + "/"
+        return self._retried("listing", directory, lambda: files.list(prefix))
 
     def match(self, pattern: str) -> List[str]:
         """Paths matching a glob ``pattern`` (``*`` within one path segment), sorted."""
-        self.use()
-        objects = self._objects()
-        if objects is not None:
-            return self._retried("listing", pattern, lambda: objects.match(pattern))
-        return self._retried("listing", pattern, lambda: _match_beam(pattern))
+        files = self._files()
+        return self._retried("listing", pattern, lambda: files.match(pattern))
 
     def delete(self, paths: Iterable[str]) -> None:
         """Delete these objects (those already gone are ignored)."""
-        self.use()
         paths = list(paths)
-        if not paths:
-            return
-        objects = self._objects()
-        if objects is not None:
+        if paths:
+            files = self._files()
             self._retried("deleting", f"{len(paths)} objects under {self.root}",
-                          lambda: objects.delete(paths))
-            return
-        if self.is_local:
-            for path in paths:
-                if os.path.isdir(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                elif os.path.exists(path):
-                    os.remove(path)
-            return
-        self._retried("deleting", f"{len(paths)} objects under {self.root}",
-                      lambda: _delete_beam(paths))
+                          lambda: files.delete(paths))
 
     # ----- large files
     def upload(self, local_path: str, path: str) -> int:
         """Copy the local file ``local_path`` to the object ``path``; returns its size."""
-        self.use()
         size = os.path.getsize(local_path)
-        objects = self._objects()
-        if objects is not None:
-            call = lambda: objects.upload(local_path, path)  # noqa: E731
-        else:
-            def call() -> None:
-                with open(local_path, "rb") as source:
-                    copy = lambda target: shutil.copyfileobj(source, target,  # noqa: E731
-                                                             _COPY_BYTES)
-                    (_write_local if self.is_local else _write_beam)(path, copy)
-        self._retried("writing", path, call, size)
+        files = self._files()
+        self._retried("writing", path, lambda: files.upload(local_path, path), size)
         return size
 
     def download(self, path: str, local_path: str) -> None:
         """Copy the object ``path`` to the local file ``local_path``."""
-        self.use()
-        objects = self._objects()
-        if objects is not None:
-            call = lambda: objects.download(path, local_path)  # noqa: E731
-        else:
-            def call() -> None:
-                with FileSystems.open(path, compression_type=_UNCOMPRESSED) as source, \
-                        open(local_path, "wb") as target:
-                    shutil.copyfileobj(source, target, _COPY_BYTES)
+        files = self._files()
         try:
-            self._retried("reading", path, call)
+            self._retried("reading", path, lambda: files.download(path, local_path))
         except StorageFullError as error:
             raise full_disk(f"copying {path} to {local_path}", local_path,
                             self._size_or_none(path)) from error
@@ -305,25 +254,68 @@ class DurableStorage:
             return None
 
 
-def _write_beam(path: str, write: Callable[[Any], Any]) -> None:
-    with FileSystems.create(path, compression_type=_UNCOMPRESSED) as file:
-        write(file)
+class _BeamFiles:
+    """Whole-object operations through Beam's filesystems (any scheme they serve; the
+    storage's options given to them by :meth:`DurableStorage.use`)."""
+
+    def write(self, path: str, data: bytes) -> None:
+        self._create(path, lambda file: file.write(data))
+
+    def read(self, path: str) -> bytes:
+        with FileSystems.open(path, compression_type=_UNCOMPRESSED) as file:
+            return file.read()
+
+    def exists(self, path: str) -> bool:
+        return FileSystems.exists(path)
+
+    def list(self, prefix: str) -> List[str]:
+        return self.match(prefix + "**")
+
+    def match(self, pattern: str) -> List[str]:
+        matched = FileSystems.match([pattern])[0]
+        return sorted(metadata.path for metadata in matched.metadata_list)
+
+    def delete(self, paths: List[str]) -> None:
+        existing = [path for path in paths if FileSystems.exists(path)]
+        if existing:
+            FileSystems.delete(existing)
+
+    def upload(self, local_path: str, path: str) -> None:
+        with open(local_path, "rb") as source:
+            self._create(path, lambda target: shutil.copyfileobj(source, target, _COPY_BYTES))
+
+    def download(self, path: str, local_path: str) -> None:
+        with FileSystems.open(path, compression_type=_UNCOMPRESSED) as source, \
+                open(local_path, "wb") as target:
+            shutil.copyfileobj(source, target, _COPY_BYTES)
+
+    def _create(self, path: str, write: Callable[[Any], Any]) -> None:
+        with FileSystems.create(path, compression_type=_UNCOMPRESSED) as file:
+            write(file)
 
 
-def _read_beam(path: str) -> bytes:
-    with FileSystems.open(path, compression_type=_UNCOMPRESSED) as file:
-        return file.read()
+class _LocalFiles(_BeamFiles):
+    """A local directory: a file is written under a temporary name and renamed into place
+    (a reader sees all of it or nothing), and listings walk the directory."""
+
+    def list(self, prefix: str) -> List[str]:
+        found = []
+        for parent, _, names in os.walk(prefix):
+            found.extend(os.path.join(parent, name) for name in names)
+        return sorted(found)
+
+    def delete(self, paths: List[str]) -> None:
+        for path in paths:
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.exists(path):
+                os.remove(path)
+
+    def _create(self, path: str, write: Callable[[Any], Any]) -> None:
+        _write_local(path, write)
 
 
-def _match_beam(pattern: str) -> List[str]:
-    matched = FileSystems.match([pattern])[0]
-    return sorted(metadata.path for metadata in matched.metadata_list)
-
-
-def _delete_beam(paths: List[str]) -> None:
-    existing = [path for path in paths if FileSystems.exists(path)]
-    if existing:
-        FileSystems.delete(existing)
+_BEAM_FILES, _LOCAL_FILES = _BeamFiles(), _LocalFiles()
 
 
 #: The filesystem options this process gave Beam last (FileSystems keeps one set).
