@@ -105,10 +105,16 @@ EXTENDED: Dict[str, str] = {
     "streaming/test_storage_faults.py::test_a_full_checkpoint_location": "a job whose "
         "checkpoint location (a tmpfs) fills, and its restart (25 s): the core suite fills "
         "an executor's disk under a store and runs a job through object-store faults",
+    "streaming/test_rescale.py::test_a_driver_killed_during_a_resplit": "a driver killed "
+        "while it re-splits a checkpoint's state, resumed both ways (70 s): the core suite "
+        "re-splits to more and fewer partitions and resumes from the old layout's files",
 }
 
 #: Node-id prefixes of tests whose Spark Connect runs are outside the core suite, and why.
 CONNECT_EXTENDED: Dict[str, str] = {
+    "streaming/test_rescale.py::": "a job re-split into 8 and 2 partitions again on Connect "
+        "(45 s): the re-split is one Spark job of the same datasets on both backends, and "
+        "the core suite runs it on classic",
     "kafka/test_kafka_event_time.py::": "the Kafka reader's event-time policies again on "
         "Connect (~50 s): the connector's code is the same on both backends, and the core "
         "suite reads, writes and runs team_scores on Kafka on Connect",
@@ -131,6 +137,7 @@ FAULTS: Tuple[str, ...] = (
     "kafka/test_kafka_recovery.py::test_records_written_across_a_broker_restart",
     "streaming/test_spark_streaming_checkpoint.py::test_killed_driver_resumes",
     "streaming/test_storage_faults.py::",
+    "streaming/test_rescale.py::test_a_driver_killed_during_a_resplit",
 )
 
 

@@ -128,7 +128,7 @@ class SparkRunner(PipelineRunner):
                 compact_rounds=view.streaming_compact_rounds,
                 name_mapping=NameMapping.of(
                     options.get_all_options().get("transform_name_mapping")),
-                environment=environment)
+                environment=environment, requested_parallelism=view.spark_parallelism)
         else:
             execution = PlanExecution(
                 backend, plan, metrics, parallelism=parallelism,

@@ -49,7 +49,9 @@ again on restart (at-least-once between checkpoints, rollback recovery). A TestS
 at its checkpointed event, so the final panes equal an uninterrupted run's. A job that ended
 by itself leaves its final checkpoint: started again on the same directory, it resumes at its
 end and emits nothing (give an empty directory to run from the beginning). State stays in
-the checkpoint's key partitions: a restart keeps its ``--spark_parallelism``. On a cluster,
+the checkpoint's key partitions unless the restart names another ``--spark_parallelism``:
+then every keyed step's state is re-split into that many before the first batch
+(:mod:`~runners.spark.streaming.rescale`), and checkpointed after it. On a cluster,
 ``DIR`` must be storage every executor can read and write (a task rebuilds a store from it
 wherever the partition's task runs).
 
@@ -73,6 +75,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from runners.spark.beam_internals import DistributionData, monitoring_infos
 from runners.spark.metrics import pack
 from runners.spark.planning import ExecutionPlan
+from runners.spark.streaming.rescale import requested_rescale, rescale
 from runners.spark.streaming.state import STATE_VERSION, StateVersionError
 from runners.spark.streaming.state_files import file_name
 from runners.spark.streaming.state_store import partition_directory_name
@@ -193,6 +196,9 @@ class Checkpoints:
         #: the update from the checkpoint resumed (None: it was this pipeline's)
         self.update: Optional[PipelineUpdate] = None
         self._updated_from = ""  # the fingerprint of the pipeline updated from
+        #: the files of a layout re-split at the restart, deleted once a checkpoint is written
+        self._retired: List[str] = []
+        self._due_now = False  # checkpoint after the next batch (a rescale's new layout)
 
     @property
     def description(self) -> Dict[str, Any]:
@@ -223,7 +229,8 @@ class Checkpoints:
 
     def is_due(self, batches: int) -> bool:
         """Whether the batch that makes ``batches`` batches is checkpointed."""
-        return self.enabled and batches - (self.written_batch or 0) >= self.interval
+        return self.enabled and (self._due_now
+                                 or batches - (self.written_batch or 0) >= self.interval)
 
     # ----- restore
     def restore(self, execution: Any, sources: List[Any], clock: float) -> float:
@@ -253,11 +260,13 @@ class Checkpoints:
                 f"pipeline {sorted(map(str, names))}: {self._what_to_do()}")
         for source, name in zip(sources, names):
             source.restore(snapshots[name])
-        if manifest["parallelism"] != execution.context.parallelism:
-            _LOGGER.warning("streaming: %s holds state in %d key partitions; resuming with "
-                            "them (not %d)", path, manifest["parallelism"],
-                            execution.context.parallelism)
-            execution.context.parallelism = manifest["parallelism"]
+        rescale_to = requested_rescale(manifest["parallelism"],
+                                       getattr(execution, "requested_parallelism", None))
+        if rescale_to is None and manifest["parallelism"] != execution.context.parallelism:
+            _LOGGER.info("streaming: %s holds state in %d key partitions; resuming with them "
+                         "(give --spark_parallelism to re-split it into another number)",
+                         path, manifest["parallelism"])
+        execution.context.parallelism = manifest["parallelism"]
         state = execution.state
         state.residuals.parallelism = manifest["parallelism"]
         state.placement.partitions = manifest["parallelism"]
@@ -274,6 +283,9 @@ class Checkpoints:
         execution.batches = execution.resumed_from = self.written_batch = data["batch"]
         # Files the crashed driver's tasks wrote after this checkpoint: no chain names them.
         self._delete_unnamed_state_files(state)
+        if rescale_to is not None:
+            self._retired = rescale(execution.context, state, rescale_to, data["batch"])
+            self._due_now = True  # the next checkpoint names the new layout
         _LOGGER.info("streaming: resuming from %s (batch %d)", path, data["batch"])
         return data["clock"]
 
@@ -408,6 +420,8 @@ class Checkpoints:
         self._delete_older_checkpoints(batch)
         for step in state.steps.values():  # no manifest names them any more
             self.storage.delete(self._state_file_paths(step, step.take_superseded()))
+        self.storage.delete(self._retired)  # a rescale's old layout: no manifest names it
+        self._retired, self._due_now = [], False
         self._prune_plans(batch)
         self._report(execution, len(data))
         _LOGGER.info("streaming: checkpoint of batch %d written to %s (driver data %d bytes)",

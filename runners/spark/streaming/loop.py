@@ -82,6 +82,10 @@ class StreamingExecution:
       plan: the stages, planned with ``streaming=True``.
       metrics: the run's metrics.
       parallelism: key partitions of every GroupByKey and stateful stage.
+      requested_parallelism: ``--spark_parallelism`` as given (None: not given): a
+        checkpoint of another number of key partitions is re-split into it (see
+        :mod:`~runners.spark.streaming.rescale`); without it a resumed run keeps the
+        checkpoint's.
       bundle_size: at most this many elements per bundle, or None.
       batch_interval: seconds between batches when the clock is the wall clock.
       max_batches: stop after this many batches (None: run until the sources end).
@@ -109,10 +113,12 @@ class StreamingExecution:
                  checkpoint_storage: Optional[DurableStorage] = None,
                  checkpoint_interval: int = 10, compact_rounds: bool = True,
                  name_mapping: NameMapping = NameMapping(),
-                 environment: JobEnvironment = JobEnvironment()) -> None:
+                 environment: JobEnvironment = JobEnvironment(),
+                 requested_parallelism: Optional[int] = None) -> None:
         check_durable_state(backend.single_executor, backend.describe(), plan,
                             checkpoint_storage)
         self.context = RunContext(backend, plan, metrics, parallelism, bundle_size, environment)
+        self.requested_parallelism = requested_parallelism
         self.batch_interval = batch_interval
         self.max_batches = max_batches
         self.timeout = timeout

@@ -62,7 +62,7 @@ import shutil
 import struct
 import tempfile
 import zlib
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import lmdb
 
@@ -541,6 +541,78 @@ def _rebuild_from(location: StoreLocation, plan: VersionPlan) -> Tuple[Any, Dict
         else:
             txn.delete(b"commit", db=meta)
     return environment, databases
+
+
+# ----- whole partitions: the state reader and a re-split read and write every key
+def durable_rows(location: StoreLocation, plan: VersionPlan) -> Iterator[Tuple[bytes, bytes]]:
+    """Every ``(key, row)`` of a key partition's store at ``plan.previous``, rebuilt from
+    its durable state (``plan.durable``: every file checked) in ``location`` (a scratch
+    directory of the reader's own, removed when the iteration ends); decode a row with
+    :func:`decode_row`."""
+    path = location.path()
+    environment, databases = _rebuild(location, plan, 0)
+    try:
+        with environment.begin() as txn:
+            for key, row in txn.cursor(db=databases["rows"]):
+                yield bytes(key), bytes(row)
+    finally:
+        store_environments.forget(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def decode_row(row: bytes) -> Tuple[int, KeyState]:
+    """A stored row: (the version that wrote it, the key's state)."""
+    return _decode_row(row)
+
+
+def write_store_snapshot(location: StoreLocation, rows: Iterable[Tuple[bytes, bytes]],
+                         version: int, durable: DurableState) -> Tuple[StateFile, Summary]:
+    """A new store of ``rows`` (as :func:`durable_rows` gives them) at ``version``, built in
+    ``location`` (scratch, removed after) and written to ``durable`` as a snapshot under a
+    new commit id: a chain of that one file rebuilds it. Returns the snapshot (its commit
+    is the one to use the store at) and the store's summary."""
+    path = location.path()
+    shutil.rmtree(path, ignore_errors=True)
+    environment, databases = store_environments.open_environment(path)
+    copy = path + ".copy"
+    try:
+        keys = size = 0
+        pending = iter(rows)
+        while True:
+            chunk = [row for _, row in zip(range(10_000), pending)]
+            if not chunk:
+                break
+            store_environments.reserve(environment, path, len(chunk),
+                                       2 * sum(len(key) + len(row) for key, row in chunk))
+            while True:
+                try:
+                    with environment.begin(write=True) as txn:
+                        added = [_replace_row(txn, databases, key, row) for key, row in chunk]
+                    break
+                except lmdb.MapFullError:
+                    store_environments.set_map_size(environment, path,
+                                                    2 * environment.info()["map_size"])
+            keys += len(chunk)
+            size += sum(added)
+        commit = os.urandom(8)
+        with environment.begin(write=True) as txn:
+            meta = databases["meta"]
+            for name, value in ((b"keys", keys), (b"bytes", size), (b"version", version),
+                                (b"previous", version)):
+                txn.put(name, _META.pack(value), db=meta)
+            txn.put(b"commit", commit, db=meta)
+            summary = Summary(keys, size, _first(txn, databases, "holds"),
+                              _first(txn, databases, "event_wakes"),
+                              _first(txn, databases, "processing_wakes"))
+        shutil.rmtree(copy, ignore_errors=True)
+        os.makedirs(copy)
+        store_environments.copy_store(environment, copy)
+        snapshot = durable.write_snapshot(version, os.path.join(copy, "data.mdb"), commit.hex())
+        return snapshot, summary
+    finally:
+        store_environments.forget(path)
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(copy, ignore_errors=True)
 
 
 @contextlib.contextmanager
