@@ -17,7 +17,10 @@ against a plain Python reference (a difference fails the run):
    and the Python workers at the end;
 4. **cluster**: the latency workload, durable, on a Spark standalone cluster of
    ``--cluster-workers`` 1-core workers started here (each with its own disk where the
-   machine allows: :mod:`services.cluster`), printed beside ``local[2]``.
+   machine allows: :mod:`services.cluster`), printed beside ``local[2]``;
+5. **rescale**: on such a cluster, the state-scaling job holding ``--rescale-keys`` keys
+   (1M) in 4 key partitions, resumed with ``--spark_parallelism=8``: the re-split's time,
+   and the batch time before and after (:mod:`bench.streaming_rescale`).
 
 Each of ours runs once more on Spark Connect (unless ``--no-connect``): on a Connect server
 started here on the same master (``local[2]``), and for the cluster on a Connect server
@@ -49,12 +52,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from bench import streaming_beam, streaming_native
+from bench import streaming_beam, streaming_native, streaming_rescale
 from bench import streaming_workloads as workloads
 from bench.report import MAX_OVER_P50_GOAL, batch_time_spread, percentile, write_jsonl
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MEASUREMENTS = ("latency", "throughput", "scaling", "cluster")
+MEASUREMENTS = ("latency", "throughput", "scaling", "cluster", "rescale")
 #: Storage a cluster's workers share (each has a private /tmp when isolated).
 CLUSTER_SHARED_ROOT = "/var/tmp"
 
@@ -403,9 +406,8 @@ def run(arguments: argparse.Namespace) -> Dict[str, Any]:
 
     record: Dict[str, Any] = {"master": arguments.master, "parallelism": arguments.parallelism,
                               "cpus": os.cpu_count()}
-    if arguments.only == ["cluster"]:
-        record["cluster"] = measure_on_cluster(arguments)
-        record["load_average_1min"] = round(os.getloadavg()[0], 2)
+    if set(arguments.only) <= {"cluster", "rescale"}:
+        _measure_clusters(arguments, record)
         return record
     session = bench_session(arguments.master, arguments.parallelism, arguments.conf)
     server = connect = None
@@ -428,11 +430,21 @@ def run(arguments: argparse.Namespace) -> Dict[str, Any]:
     finally:
         if server is not None:
             _stop_connect(connect, server)
-    if "cluster" in arguments.only:
+    if set(arguments.only) & {"cluster", "rescale"}:
         session.stop()  # the cluster's driver runs beside: this one's workers would compete
-        record["cluster"] = measure_on_cluster(arguments)
-    record["load_average_1min"] = round(os.getloadavg()[0], 2)
+    _measure_clusters(arguments, record)
     return record
+
+
+def _measure_clusters(arguments: argparse.Namespace, record: Dict[str, Any]) -> None:
+    """The measurements on a cluster of their own (each starts and stops it)."""
+    if "cluster" in arguments.only:
+        record["cluster"] = measure_on_cluster(arguments)
+    if "rescale" in arguments.only:
+        record["rescale"] = streaming_rescale.measure_on_cluster(
+            arguments.rescale_keys, arguments.rescale_events_per_batch,
+            arguments.cluster_workers, arguments.shards)
+    record["load_average_1min"] = round(os.getloadavg()[0], 2)
 
 
 def agrees(record: Dict[str, Any]) -> bool:
@@ -445,6 +457,8 @@ def agrees(record: Dict[str, Any]) -> bool:
     if "scaling" in record:
         checks += [record["scaling"]["beam_agrees"], record["scaling"]["native_agrees"],
                    record["scaling"].get("beam_on_connect", {}).get("agrees", True)]
+    if "rescale" in record:
+        checks.append(record["rescale"]["agrees"])
     return all(checks)
 
 
@@ -540,6 +554,9 @@ def print_record(record: Dict[str, Any]) -> None:
             print(f"  Spark Connect / classic p50 on the cluster: "
                   f"x{entry['connect_over_classic_durable_p50']}; stores rebuilt in measured "
                   f"batches: {entry['beam_on_connect_durable']['stores_loaded']}")
+    if "rescale" in record:
+        print()
+        streaming_rescale.print_record(record["rescale"])
     print(f"\nload average {record['load_average_1min']} on {record['cpus']} cpus")
 
 
@@ -580,6 +597,9 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--scaling-checkpoint-interval", type=int, default=10,
                         help="state scaling: batches between checkpoints (10)")
     parser.add_argument("--shards", type=int, default=4, help="source restrictions (4)")
+    parser.add_argument("--rescale-keys", type=int, default=1_000_000,
+                        help="rescale: keys held when the job is re-split (1,000,000)")
+    parser.add_argument("--rescale-events-per-batch", type=int, default=100_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--seed", type=int, default=2024)

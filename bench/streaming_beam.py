@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import RestrictionProvider
@@ -194,6 +195,9 @@ def run(session: Any, build: Callable, master: Optional[str], parallelism: int, 
             result.wait_until_finish()
         seconds = time.perf_counter() - began
         lines = [json.loads(line) for line in open(report, encoding="utf-8")]
-        return {"lines": lines, "panes": latest_panes(panes), "seconds": seconds,
+        rescales = result.metrics().query(MetricsFilter().with_namespace(
+            "spark_streaming").with_name("rescale_millis"))["distributions"]
+        return {"lines": lines, "rescale_millis": sum(
+                    metric.committed.sum for metric in rescales) if rescales else None, "panes": latest_panes(panes), "seconds": seconds,
                 "events": per_call * shards * batches, "events_per_batch": per_call * shards,
                 "peak_memory_mib": memory.result()}

@@ -35,6 +35,8 @@ import uuid
 import zlib
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
+from runners.spark.beam_internals import DistributionData, monitoring_infos
+from runners.spark.metrics import pack
 from runners.spark.streaming.keyed_step import KeyedStep
 from runners.spark.streaming.state_files import (
     DurableState,
@@ -56,6 +58,8 @@ from runners.spark.streaming.storage import DurableStorage
 
 _LOGGER = logging.getLogger(__name__)
 
+#: Namespace of the loop's own metrics (``rescale_millis``: the re-split's time).
+METRICS_NAMESPACE = "spark_streaming"
 #: A chunk of rows ends at this many bytes (a record between Spark stages: ~1 MiB).
 CHUNK_BYTES = 1 << 20
 
@@ -120,6 +124,10 @@ def rescale(context: Any, state: Any, partitions: int, batch: int) -> List[str]:
     state.placement.partitions = partitions
     state.residuals.parallelism = partitions
     context.parallelism = partitions
+    millis = int((time.monotonic() - started) * 1000)
+    context.metrics.add(pack([monitoring_infos.int64_user_distribution(
+        METRICS_NAMESPACE, "rescale_millis", DistributionData(millis, 1, millis, millis),
+        "loop")]))
     _LOGGER.info("streaming: re-split the state of %d keyed step(s) (%d keys) from %d into %d "
                  "key partitions in %.1f s", len(state.steps), keys, old_partitions, partitions,
                  time.monotonic() - started)
