@@ -23,7 +23,7 @@ import uuid
 
 import apache_beam as beam
 import pytest
-from apache_beam.coders import StrUtf8Coder, VarIntCoder
+from apache_beam.coders import VarIntCoder
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream as streams
 from apache_beam.transforms import userstate

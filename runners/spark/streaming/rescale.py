@@ -27,6 +27,7 @@ The old files are deleted once the new checkpoint is written.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import shutil
@@ -197,27 +198,31 @@ def split_partitions(partitions: int, tasks: Iterable[OldPartition]) -> Iterator
 
 def write_partitions(storage: DurableStorage, base: str, version: int,
                      chunks: Iterable[RescaleRows]) -> Iterator[RescaledPartition]:
-    """The reduce side: each new partition's rows as a store, uploaded as its snapshot."""
-    by_partition: Dict[int, List[bytes]] = {}
-    step = ""
+    """The reduce side: a new partition's rows (a shuffle partition holds one key partition's
+    chunks) streamed into a store, uploaded as its snapshot."""
+    pending = iter(chunks)
+    first = next(pending, None)
+    if first is None:  # no key of the step hashes to this partition
+        return
+    scratch = _scratch()
+    try:
+        durable = DurableState(storage, storage.join(base,
+                                                     partition_directory_name(first.partition)))
+        snapshot, summary = write_store_snapshot(
+            StoreLocation(scratch, first.step, first.partition),
+            _rows(first, itertools.chain([first], pending)), version, durable)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    yield RescaledPartition(first.step, first.partition, tuple(snapshot), summary.keys,
+                            summary.state_bytes)
+
+
+def _rows(first: RescaleRows, chunks: Iterable[RescaleRows]) -> Iterator[Tuple[bytes, bytes]]:
     for chunk in chunks:
-        step = chunk.step
-        by_partition.setdefault(chunk.partition, []).append(chunk.rows)
-    for partition, encoded in sorted(by_partition.items()):
-        scratch = _scratch()
-        try:
-            durable = DurableState(storage, storage.join(base, partition_directory_name(partition)))
-            snapshot, summary = write_store_snapshot(
-                StoreLocation(scratch, step, partition), _rows(encoded), version, durable)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        yield RescaledPartition(step, partition, tuple(snapshot), summary.keys,
-                                summary.state_bytes)
-
-
-def _rows(encoded: List[bytes]) -> Iterator[Tuple[bytes, bytes]]:
-    for data in encoded:
-        _, rows = decode_delta(data, "a re-split chunk")
+        if chunk.partition != first.partition:  # the shuffle gives a task one partition
+            raise RuntimeError(f"a re-split task got rows of key partitions {first.partition} "
+                               f"and {chunk.partition}")
+        _, rows = decode_delta(chunk.rows, "a re-split chunk")
         for key, row in rows:
             if row is not None:
                 yield key, row
