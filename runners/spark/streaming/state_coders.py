@@ -1,0 +1,240 @@
+"""The coders of a streaming job's keyed state, kept in its checkpoint manifest for readers.
+
+A keyed step's store holds bytes only: keys encoded with the step's key coder, and blobs
+(:mod:`~runners.spark.streaming.state`) holding elements, windows, user-state cells and
+timers encoded with the pipeline's coders. To read them without the pipeline's code, each
+checkpoint manifest carries, under ``"decoding"`` (:func:`state_decoding`), per keyed step
+(by the name its state files are kept under):
+
+* ``kind``: ``"GroupByKey"`` or ``"stateful DoFn"``;
+* ``key_coder``: the coder id that encodes the store's keys (a stateful DoFn's is the SDK's
+  key coder, length-prefixed when the SDK reads the key as opaque bytes);
+* ``window_coder``: the windowing strategy's window coder;
+* a GroupByKey's ``value_coder``: the grouped values (its buffered elements);
+* a stateful DoFn's ``state`` (``transform id -> state id -> {"spec", "coder"}``: each
+  cell's coder from its state spec) and ``timers`` (``"<transform id>/<family id>"`` -> the
+  timer family's coder);
+
+and ``coders``: every coder id those name, and the components they reference, as Beam
+runner-API ``Coder`` protos (serialized, base64). :func:`load_coders` turns them back into
+Beam coders, refusing (with the reason) any it cannot build safely: a pickled Python coder
+is built only when its pickle names nothing but Beam's own coder classes.
+
+>>> from apache_beam.coders import VarIntCoder
+>>> from apache_beam.runners.pipeline_context import PipelineContext
+>>> context = PipelineContext()
+>>> coder_id = context.coders.get_id(VarIntCoder())
+>>> coders = load_coders({coder_id: encode_coder(context.coders.get_proto(VarIntCoder()))})
+>>> coders.get(coder_id).encode(300)
+b'\\xac\\x02'
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import pickle
+import zlib
+from typing import Any, Dict, Iterable, Optional, Set
+
+# The runner's own coder URNs (microsecond windowed values and timers) register on import:
+# a reader builds the coders the job's plan used.
+import runners.spark.coders  # noqa: F401
+from runners.spark.beam_internals import (
+    PAR_DO_URNS,
+    PipelineContext,
+    beam_fn_api_pb2,
+    beam_runner_api_pb2,
+    common_urns,
+    python_urns,
+)
+from runners.spark.planning import SDK_STAGE, ExecutionPlan, par_do_payload
+
+GROUP_BY_KEY = "GroupByKey"
+STATEFUL_DO_FN = "stateful DoFn"
+#: Modules whose coder classes a pickled Python coder may name.
+_BEAM_CODER_MODULES = ("apache_beam.coders.",)
+
+
+def encode_coder(proto: Any) -> str:
+    """A runner-API ``Coder`` proto as base64 text (what a manifest holds)."""
+    return base64.b64encode(proto.SerializeToString(deterministic=True)).decode("ascii")
+
+
+def state_decoding(plan: ExecutionPlan) -> Dict[str, Any]:
+    """What a reader of the plan's keyed state needs to decode it (see the module
+    docstring), as plain data for a checkpoint manifest."""
+    components = plan.components
+    steps: Dict[str, Dict[str, Any]] = {}
+    for group in plan.groups.values():
+        steps[group.transform_name] = _group(components, group)
+    for stage in plan.stages:
+        if stage.keyed and stage.kind == SDK_STAGE and stage.descriptor:
+            steps[stage.name] = _stateful(components, stage)
+    used: Set[str] = set()
+    for step in steps.values():
+        used.update(_coder_ids(step))
+    coders: Dict[str, str] = {}
+    pending = sorted(used)
+    while pending:
+        coder_id = pending.pop()
+        if coder_id in coders or coder_id not in components.coders:
+            continue
+        proto = components.coders[coder_id]
+        coders[coder_id] = encode_coder(proto)
+        pending.extend(proto.component_coder_ids)
+    return {"steps": steps, "coders": coders}
+
+
+def _coder_ids(step: Dict[str, Any]) -> Iterable[str]:
+    for name in ("key_coder", "value_coder", "window_coder"):
+        if step.get(name):
+            yield step[name]
+    for cells in step.get("state", {}).values():
+        for cell in cells.values():
+            yield from cell["coders"]
+    yield from step.get("timers", {}).values()
+
+
+def _kv_components(components: Any, coder_id: str) -> "tuple[str, str]":
+    """The key and value coder ids of a KV coder, through windowed-value and length-prefix
+    wrappers (the first component of each)."""
+    coder = components.coders[coder_id]
+    while coder.spec.urn != common_urns.coders.KV.urn and coder.component_coder_ids:
+        coder_id = coder.component_coder_ids[0]
+        coder = components.coders[coder_id]
+    if coder.spec.urn != common_urns.coders.KV.urn:
+        return coder_id, coder_id
+    return coder.component_coder_ids[0], coder.component_coder_ids[1]
+
+
+def _group(components: Any, group: Any) -> Dict[str, Any]:
+    # The job decodes its input with spec.input_coder_id (grouping.py): the same coder here.
+    key_coder, value_coder = _kv_components(components, group.input_coder_id)
+    strategy = components.windowing_strategies[group.windowing_strategy_id]
+    return {"kind": GROUP_BY_KEY, "key_coder": key_coder, "value_coder": value_coder,
+            "window_coder": strategy.window_coder_id}
+
+
+def _stateful(components: Any, stage: Any) -> Dict[str, Any]:
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
+    state: Dict[str, Dict[str, Any]] = {}
+    timers: Dict[str, str] = {}
+    window_coder = ""
+    for transform_id, transform in sorted(descriptor.transforms.items()):
+        if transform.spec.urn not in PAR_DO_URNS:
+            continue
+        payload = par_do_payload(transform)
+        if not payload.state_specs and not payload.timer_family_specs:
+            continue
+        main = [pcollection for tag, pcollection in transform.inputs.items()
+                if tag not in payload.side_inputs]
+        strategy_id = descriptor.pcollections[main[0]].windowing_strategy_id
+        window_coder = descriptor.windowing_strategies[strategy_id].window_coder_id
+        cells = {}
+        for state_id, spec in sorted(payload.state_specs.items()):
+            kind = spec.WhichOneof("spec")
+            kind_spec = getattr(spec, kind)
+            coders = [getattr(kind_spec, field) for field in
+                      ("coder_id", "element_coder_id", "key_coder_id", "value_coder_id",
+                       "accumulator_coder_id") if getattr(kind_spec, field, "")]
+            cells[state_id] = {"spec": kind, "coders": coders}
+        state[transform_id] = cells
+        for family_id, spec in sorted(payload.timer_family_specs.items()):
+            timers[f"{transform_id}/{family_id}"] = spec.timer_family_coder_id
+    return {"kind": STATEFUL_DO_FN, "key_coder": stage.key_coder_id,
+            "key_prefixed": stage.key_prefixed, "window_coder": window_coder,
+            "state": state, "timers": timers}
+
+
+class LoadedCoders:
+    """Beam coders by id, built from a manifest's ``coders``; :meth:`get` returns None for
+    one that could not be built, :meth:`why` says why."""
+
+    def __init__(self, coders: Dict[str, Any], refused: Dict[str, str]) -> None:
+        self._coders = coders
+        self._refused = refused
+
+    def get(self, coder_id: Optional[str]) -> Optional[Any]:
+        return self._coders.get(coder_id) if coder_id else None
+
+    def why(self, coder_id: Optional[str]) -> str:
+        if not coder_id:
+            return "the checkpoint names no coder"
+        return self._refused.get(coder_id, f"coder {coder_id} is not in the checkpoint")
+
+
+def load_coders(encoded: Dict[str, str]) -> LoadedCoders:
+    """Build each coder of a manifest's ``coders`` (id -> base64 ``Coder`` proto). A coder
+    whose proto (or any component's) is a pickled Python coder naming anything but Beam's
+    own coder classes is refused, as is one Beam cannot build."""
+    protos = {}
+    refused: Dict[str, str] = {}
+    for coder_id, text in encoded.items():
+        try:
+            protos[coder_id] = beam_runner_api_pb2.Coder.FromString(base64.b64decode(text))
+        except (binascii.Error, ValueError) as error:
+            refused[coder_id] = f"coder {coder_id} is unreadable ({error})"
+    for coder_id, proto in protos.items():
+        if proto.spec.urn == python_urns.PICKLED_CODER:
+            reason = _pickled_coder_problem(proto.spec.payload)
+            if reason:
+                refused[coder_id] = f"coder {coder_id}: {reason}"
+    context = PipelineContext(beam_runner_api_pb2.Components(coders=protos))
+    built: Dict[str, Any] = {}
+    for coder_id in protos:
+        blocked = _refused_component(coder_id, protos, refused, set())
+        if blocked:
+            refused.setdefault(coder_id, refused[blocked])
+            continue
+        try:
+            built[coder_id] = context.coders.get_by_id(coder_id)
+        except Exception as error:  # an unknown URN, a payload Beam cannot read
+            refused[coder_id] = (f"coder {coder_id} ({protos[coder_id].spec.urn}) cannot be "
+                                 f"built: {error}")
+    return LoadedCoders(built, refused)
+
+
+def _refused_component(coder_id: str, protos: Dict[str, Any], refused: Dict[str, str],
+                       seen: Set[str]) -> Optional[str]:
+    """The first refused coder among ``coder_id`` and its components (None: none)."""
+    if coder_id in refused:
+        return coder_id
+    if coder_id in seen or coder_id not in protos:
+        return None
+    seen.add(coder_id)
+    for component in protos[coder_id].component_coder_ids:
+        found = _refused_component(component, protos, refused, seen)
+        if found:
+            return found
+    return None
+
+
+class _CoderClassesOnly(pickle.Unpickler):
+    """Unpickles a pickled Python coder naming Beam's coder classes only."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        from apache_beam.coders.coders import Coder
+
+        if module.startswith(_BEAM_CODER_MODULES):
+            found = super().find_class(module, name)
+            if isinstance(found, type) and issubclass(found, Coder):
+                return found
+        raise pickle.UnpicklingError(f"it names {module}.{name}, not one of Beam's coder "
+                                     "classes, and reading it would run that code")
+
+
+def _pickled_coder_problem(payload: bytes) -> str:
+    """Why a pickled Python coder's payload is not read ('' when it is Beam's own)."""
+    from google.protobuf import wrappers_pb2
+
+    try:
+        serialized = wrappers_pb2.BytesValue.FromString(payload).value
+        pickled = zlib.decompress(base64.b64decode(serialized.split(b"$", 1)[1]))
+        _CoderClassesOnly(io.BytesIO(pickled)).load()
+    except pickle.UnpicklingError as error:
+        return f"a pickled Python coder: {error}"
+    except Exception as error:  # malformed payload
+        return f"a pickled Python coder that cannot be read ({type(error).__name__}: {error})"
+    return ""
