@@ -5,7 +5,9 @@ tests write them, on every runner:
 * the output timestamp of data that arrives behind the watermark (a GroupByKey, and a
   CombinePerKey a runner may lift);
 * processing-time timers of a stateful DoFn in the global window (``BatchElements`` with a
-  maximum buffering duration, fed by a TestStream).
+  maximum buffering duration, fed by a TestStream);
+* a stateful DoFn's bag keeps what every earlier bundle added, whatever the key's coder
+  (a ``str`` key's state key carries its length, the shuffle's encoding does not).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing import test_stream
 from apache_beam.testing.util import assert_that, equal_to
-from apache_beam.transforms import trigger, window
+from apache_beam.coders import VarIntCoder
+from apache_beam.transforms import trigger, userstate, window
 from apache_beam.transforms.util import BatchElements
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
@@ -196,3 +199,34 @@ def test_batch_elements_flushes_by_size_timer_and_window_end(make_pipeline):
                  | beam.FlatMapTuple(lambda unused_key, counts: counts))
         # [0, 6): a full batch of 5, then 1 when the buffering timer fires; [6, 12): 4 at its end.
         assert_that(sizes, equal_to([5, 1, 4]))
+
+
+class CollectPerKey(beam.DoFn):
+    """Each element's key with every value its key's bag holds once the element is added."""
+
+    SEEN = userstate.BagStateSpec("seen", VarIntCoder())
+
+    def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
+        seen.add(element[1])
+        yield element[0], sorted(seen.read())
+
+
+@pytest.mark.parametrize("keys, key_type", [(["a", "bb"], str), ([("a", 1), ("bb", 2)], None)],
+                         ids=["str", "untyped"])
+def test_a_stateful_dofns_bag_keeps_what_every_earlier_batch_added(make_pipeline, keys,
+                                                                  key_type):
+    # Typed keys get Beam's standard coders (StrUtf8Coder, BytesCoder), whose nested encoding
+    # (in the SDK's state keys) differs from the plain one; untyped keys a pickling coder the
+    # SDK length-prefixes.
+    first, second = keys
+    events = (test_stream.TestStream()
+              .add_elements([(first, 1), (second, 10)])
+              .add_elements([(first, 2)])
+              .add_elements([(second, 20), (first, 3)])
+              .advance_watermark_to_infinity())
+    if key_type is not None:
+        events = events.with_output_types(beam.typehints.KV[key_type, int])
+    with make_pipeline(streaming=True) as pipeline:
+        seen = pipeline | events | beam.ParDo(CollectPerKey())
+        assert_that(seen, equal_to([(first, [1]), (second, [10]), (first, [1, 2]),
+                                    (second, [10, 20]), (first, [1, 2, 3])]))

@@ -16,7 +16,7 @@ output ports, then the reports received and this partition's ``StepReport``.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Set, Tuple
 
 from runners.spark.beam_internals import beam_fn_api_pb2
 from runners.spark.bundles import PendingTimers, StageTask, checkin, checkout
@@ -87,7 +87,7 @@ def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: in
                 raise RuntimeError(
                     f"timers of stage {stage.name!r} kept firing for {MAX_TIMER_ROUNDS} "
                     f"rounds at watermark {times.timestamp('input_after')}")
-            cells = _cells_by_key(handler.user_state())
+            cells = _cells_by_key(handler.user_state(), _store_key(key_impl, stage.key_prefixed))
             pending = timers.by_key(key_impl.encode)
             for key in sorted(keys | set(cells) | set(pending)):
                 key_cells = cells.get(key, {})
@@ -117,12 +117,23 @@ def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: in
     yield batch.report(partition, store, inputs, len(outputs))
 
 
-def _cells_by_key(cells: Dict[bytes, List[bytes]]) -> Dict[bytes, Dict[bytes, List[bytes]]]:
-    """User-state cells grouped by the encoded key in their state key."""
+def _store_key(key_impl: Any, key_prefixed: bool) -> Callable[[bytes], bytes]:
+    """The store's key (the key as the shuffle encoded it, by which elements and timers are
+    looked up and partitions split) of a state cell's key, which the SDK harness encodes
+    nested: the same bytes when the key is length-prefixed, else re-encoded (a ``str`` key's
+    nested encoding carries its length, the shuffle's does not)."""
+    if key_prefixed:
+        return lambda key: key
+    return lambda key: key_impl.encode(key_impl.decode_nested(key))
+
+
+def _cells_by_key(cells: Dict[bytes, List[bytes]],
+                  store_key: Callable[[bytes], bytes]) -> Dict[bytes, Dict[bytes, List[bytes]]]:
+    """User-state cells grouped by the store key of the key in their state key."""
     grouped: Dict[bytes, Dict[bytes, List[bytes]]] = {}
     for state_key, values in cells.items():
         parsed = beam_fn_api_pb2.StateKey.FromString(state_key)
-        key = getattr(parsed, parsed.WhichOneof("type")).key
+        key = store_key(getattr(parsed, parsed.WhichOneof("type")).key)
         grouped.setdefault(key, {})[state_key] = values
     return grouped
 
