@@ -115,11 +115,6 @@ def test_the_stateful_dofn_holds_a_timer_and_a_bag_per_key_and_window(job):
     assert all(VarIntCoder().decode(row.value_bytes) == int(row.value) for row in cells)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "stateful.py stores a key's user-state cells under the SDK's nested key encoding "
-    "(b'\\x03k00') and its elements and timers under the outer one (b'k00'): a later "
-    "batch of the key does not load its cells, so the bag keeps only the last batch's "
-    "values"))
 def test_the_stateful_dofns_bag_holds_every_value_added_to_it(job):
     found = collections.Counter((row.key, row.window, int(row.value))
                                 for row in _stateful(job["first_rows"]) if row.kind == "cell")

@@ -77,6 +77,7 @@ from runners.spark.metrics import pack
 from runners.spark.planning import ExecutionPlan
 from runners.spark.streaming.rescale import requested_rescale, rescale
 from runners.spark.streaming.state import STATE_VERSION, StateVersionError
+from runners.spark.streaming.state_coders import state_decoding
 from runners.spark.streaming.state_files import file_name
 from runners.spark.streaming.state_store import partition_directory_name
 from runners.spark.streaming.storage import DurableStorage
@@ -411,6 +412,7 @@ class Checkpoints:
             "state_keys": {step.name: step.keys for step in state.steps.values()},
             "stages": [stage.name for stage in self.plan.stages],
             "pipeline": self.description, "run_name": execution.context.run_name,
+            "decoding": state_decoding(self.plan),
         }
         path = self.storage.join(checkpoint_name(batch))
         self.storage.write(self.storage.join(path, DATA), data)
