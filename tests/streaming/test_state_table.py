@@ -25,6 +25,7 @@ from runners.spark.streaming.state_coders import encode_coder, load_coders
 from runners.spark.streaming.state_files import CorruptStateFileError
 from runners.spark.streaming.state_table import (
     StateReadError,
+    batch_changes,
     checkpoint_info,
     read_state,
     state_changes,
@@ -145,6 +146,11 @@ def test_the_change_feed_is_the_difference_of_two_readings(job):
     assert changed and set(old) - set(new)  # the window [0, 10) fired: both kinds occur
     with pytest.raises(StateReadError, match="cannot be read"):
         list(state_changes(job["dir"], before.version, after.version + 1))
+    # Between batches: the manifest knows each batch's store version.
+    assert list(batch_changes(job["dir"], 3, 5)) == list(
+        state_changes(job["dir"], before.version, after.version))
+    with pytest.raises(StateReadError, match=r"batch\(es\) \[9\]"):
+        list(batch_changes(job["dir"], 3, 9))
 
 
 def test_an_earlier_batch_is_refused_naming_the_batches_there_are(job):
@@ -217,6 +223,9 @@ def test_the_command_line_prints_an_aligned_table(job, capsys):
     assert "state at batch 5" in lines[0] and "5 row(s)" in lines[0]
     assert lines[1].split()[:3] == ["step", "partition", "key"]
     assert len(lines) == 2 + 1 + 5 and all(line.startswith(GBK) for line in lines[3:])
+    assert main(["--checkpoint_dir", job["dir"], "--changes", "3", "5", "--limit", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "changes after batch 3 up to batch 5" in lines[0] and "change_type" in lines[1]
     assert main(["--checkpoint_dir", job["dir"], "--batch", "3"]) == 1
     assert "batches [5]" in capsys.readouterr().err
 

@@ -100,6 +100,9 @@ STATE_DIRECTORY = "state"
 #: The directory of the plans of the batches since the latest checkpoint.
 PLANS_DIRECTORY = "plans"
 DATA = "data.bin"
+#: How many batches' store versions a manifest keeps (``batch_versions``): more than a
+#: chain of deltas spans (a snapshot compacts them after at most 50).
+BATCH_VERSIONS = 200
 _NAME = re.compile(r"checkpoint-(\d+)$")
 _PLAN = re.compile(r"batch-(\d+)\.json$")
 #: Namespace of the metrics checkpoints report (the loop's own).
@@ -200,6 +203,9 @@ class Checkpoints:
         #: the files of a layout re-split at the restart, deleted once a checkpoint is written
         self._retired: List[str] = []
         self._due_now = False  # checkpoint after the next batch (a rescale's new layout)
+        #: batch -> the store version (the loop's round number) after it, for the state
+        #: reader's change feed between batches (the latest BATCH_VERSIONS batches)
+        self.batch_versions: Dict[int, int] = {}
 
     @property
     def description(self) -> Dict[str, Any]:
@@ -227,6 +233,12 @@ class Checkpoints:
     def state_directory(self) -> Optional[str]:
         """Where keyed steps write their state files (None without checkpoints)."""
         return self.storage.join(STATE_DIRECTORY) if self.storage else None
+
+    def note_batch(self, batches: int, version: int) -> None:
+        """After the batch that makes ``batches`` batches: the store version it left."""
+        self.batch_versions[batches] = version
+        for old in [batch for batch in self.batch_versions if batch <= batches - BATCH_VERSIONS]:
+            del self.batch_versions[old]
 
     def is_due(self, batches: int) -> bool:
         """Whether the batch that makes ``batches`` batches is checkpointed."""
@@ -281,6 +293,9 @@ class Checkpoints:
             data["residuals"], data["stage_names"],
             {stage.name: stage.index for stage in self.plan.stages}))
         state.round_number = data["round_number"]
+        self.batch_versions = {int(batch): version for batch, version
+                               in manifest.get("batch_versions", {}).items()
+                               if int(batch) <= data["batch"]}
         execution.batches = execution.resumed_from = self.written_batch = data["batch"]
         # Files the crashed driver's tasks wrote after this checkpoint: no chain names them.
         self._delete_unnamed_state_files(state)
@@ -413,6 +428,8 @@ class Checkpoints:
             "stages": [stage.name for stage in self.plan.stages],
             "pipeline": self.description, "run_name": execution.context.run_name,
             "decoding": state_decoding(self.plan),
+            "batch_versions": {str(batch): version
+                               for batch, version in sorted(self.batch_versions.items())},
         }
         path = self.storage.join(checkpoint_name(batch))
         self.storage.write(self.storage.join(path, DATA), data)

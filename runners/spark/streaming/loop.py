@@ -207,6 +207,7 @@ class StreamingExecution:
                                  self.context.jobs + state.residuals.jobs - jobs_before,
                                  rounds, state, compact)
             self.batches += 1
+            checkpoints.note_batch(self.batches, state.round_number)
             if checkpoint:
                 checkpoints.write(self, sources, clock)
             if (all(source.finished for source in sources) and not state.residuals.pending()

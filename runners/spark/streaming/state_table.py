@@ -13,7 +13,9 @@ them, with the job stopped or running, without the pipeline's code:
   (:mod:`~runners.spark.streaming.state_coders`), raw bytes beside them.
 * :func:`state_changes` / :func:`read_changes`: the change feed, like Spark's state store
   ``readChangeFeed``: every key each store version in ``(start, end]`` updated (its whole
-  new state, ``change_type`` ``"update"``) or deleted (``"delete"``), from the deltas.
+  new state, ``change_type`` ``"update"``) or deleted (``"delete"``), from the deltas;
+  :func:`batch_changes` the same between two batches (the manifest keeps each recent
+  batch's store version).
 * ``python -m runners.spark.streaming.state_table --checkpoint_dir DIR``: the same as an
   aligned text table (:mod:`~runners.spark.streaming.state_table_cli`), no Spark needed.
 
@@ -300,6 +302,28 @@ def _earliest_start(checkpoint: _Checkpoint, steps: Iterable[str]) -> int:
             if chain and chain[0].kind == "snapshot":
                 earliest = max(earliest, chain[0].version)
     return earliest
+
+
+def batch_changes(checkpoint_dir: "str | DurableStorage", start_batch: int,
+                  end_batch: Optional[int] = None,
+                  steps: Optional[Sequence[str]] = None) -> Iterator[StateChange]:
+    """The change feed between two batches: what the batches after ``start_batch`` up to
+    ``end_batch`` (default: the latest checkpoint's) changed. Batch ``b`` means the state
+    after ``b`` batches (a checkpoint's ``batch``); each batch's store version is in the
+    manifest (``batch_versions``), and the range must be one :func:`state_changes` can
+    read."""
+    storage = _storage(checkpoint_dir)
+    checkpoint = _open(storage, None)
+    versions = {int(batch): version for batch, version
+                in checkpoint.manifest.get("batch_versions", {}).items()}
+    end_batch = checkpoint.info.batch if end_batch is None else end_batch
+    missing = [batch for batch in (start_batch, end_batch) if batch not in versions]
+    if missing:
+        known = (f"batches {min(versions)}..{max(versions)}" if versions
+                 else "no batches (a checkpoint of an earlier runner)")
+        raise StateReadError(f"batch(es) {missing} are not in the latest checkpoint of "
+                             f"{storage.root}, which knows the store versions of {known}")
+    return state_changes(storage, versions[start_batch], versions[end_batch], steps)
 
 
 def read_changes(spark: Any, checkpoint_dir: str, start: int, end: Optional[int] = None,

@@ -1,10 +1,12 @@
 """The command line of the state reader: a job's keyed state as an aligned text table.
 
 ``python -m runners.spark.streaming.state_table --checkpoint_dir DIR [--batch N]
-[--step NAME]... [--changes START END] [--limit N]`` prints the rows of
-:func:`~runners.spark.streaming.state_table.state_rows` (or, with ``--changes``, the change
-feed of store versions ``(START, END]``: :func:`~runners.spark.streaming.state_table.
-state_changes`), read on this machine without Spark; ``--limit`` stops after N rows.
+[--step NAME]... [--changes START END] [--version_changes START END] [--limit N]`` prints
+the rows of :func:`~runners.spark.streaming.state_table.state_rows` (or, with ``--changes``,
+the change feed between batches START and END: :func:`~runners.spark.streaming.state_table.
+batch_changes`; with ``--version_changes``, of store versions ``(START, END]``:
+:func:`~runners.spark.streaming.state_table.state_changes`), read on this machine without
+Spark; ``--limit`` stops after N rows.
 
 >>> print(format_table([("a", 1), ("bbb", None)], ["name", "n"]))
 name  n
@@ -22,6 +24,7 @@ from typing import Any, Iterable, List, Optional, Sequence
 
 from runners.spark.streaming.state_table import (
     StateReadError,
+    batch_changes,
     checkpoint_info,
     state_changes,
     state_rows,
@@ -67,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="Only this keyed step (repeatable).")
     parser.add_argument("--changes", type=int, nargs=2, default=None,
                         metavar=("START", "END"),
+                        help="What the batches after START up to END changed, instead.")
+    parser.add_argument("--version_changes", type=int, nargs=2, default=None,
+                        metavar=("START", "END"),
                         help="The change feed of store versions (START, END] instead.")
     parser.add_argument("--limit", type=int, default=None, help="At most this many rows.")
     return parser
@@ -79,7 +85,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         info = checkpoint_info(args.checkpoint_dir, args.batch)
         if args.changes:
             start, end = args.changes
-            rows: Iterable[Any] = state_changes(args.checkpoint_dir, start, end, args.step)
+            rows: Iterable[Any] = batch_changes(args.checkpoint_dir, start, end, args.step)
+            columns = COLUMNS + ("change_type",)
+            title = f"changes after batch {start} up to batch {end}"
+        elif args.version_changes:
+            start, end = args.version_changes
+            rows = state_changes(args.checkpoint_dir, start, end, args.step)
             columns = COLUMNS + ("change_type",)
             title = f"changes of versions ({start}, {end}]"
         else:
