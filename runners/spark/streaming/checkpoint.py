@@ -131,7 +131,7 @@ def _storage(location: "str | DurableStorage") -> DurableStorage:
             else DurableStorage.open(location, probe=False))
 
 
-def _checkpoints(storage: DurableStorage) -> List[Tuple[int, str]]:
+def checkpoints_in(storage: DurableStorage) -> List[Tuple[int, str]]:
     """(batch, path) of every checkpoint with a manifest, newest first."""
     found = []
     for path in storage.match(storage.join("checkpoint-*", MANIFEST)):
@@ -148,7 +148,7 @@ def latest_checkpoint(location: "str | DurableStorage") -> Optional[str]:
     checkpoint is skipped); a manifest that exists but cannot be read raises
     :class:`CheckpointError` (never "no checkpoint": starting over would drop its state)."""
     storage = _storage(location)
-    for _, path in _checkpoints(storage):
+    for _, path in checkpoints_in(storage):
         read_manifest(path, storage)
         return path
     return None
@@ -167,7 +167,7 @@ def read_manifest(path: str, storage: Optional[DurableStorage] = None) -> Dict[s
     return manifest
 
 
-class _PlainUnpickler(pickle.Unpickler):
+class PlainUnpickler(pickle.Unpickler):
     """Reads plain data only: a checkpoint naming any class or function is refused."""
 
     def find_class(self, module: str, name: str) -> Any:
@@ -352,7 +352,7 @@ class Checkpoints:
         if hashlib.sha256(data).hexdigest() != manifest.get("data_sha256"):
             raise CheckpointError(f"checkpoint {path} is damaged (its data does not match its "
                                   f"manifest's digest): {self._what_to_do()}")
-        return _PlainUnpickler(io.BytesIO(data)).load()
+        return PlainUnpickler(io.BytesIO(data)).load()
 
     # ----- the plan of each batch, logged before it runs
     def _plan_path(self, batch: int) -> str:

@@ -56,8 +56,8 @@ from typing import Any, Iterable, Iterator, List, NamedTuple, Optional, Sequence
 from runners.spark.streaming.checkpoint import (
     DATA,
     STATE_DIRECTORY,
-    _checkpoints,
-    _PlainUnpickler,
+    PlainUnpickler,
+    checkpoints_in,
     read_manifest,
 )
 from runners.spark.streaming.state_blobs import KeyDecoder, StateRow
@@ -128,7 +128,7 @@ class _Checkpoint:
         if hashlib.sha256(data).hexdigest() != self.manifest.get("data_sha256"):
             raise StateReadError(f"checkpoint {path} is damaged (its data does not match its "
                                  "manifest's digest)")
-        self.data = _PlainUnpickler(io.BytesIO(data)).load()
+        self.data = PlainUnpickler(io.BytesIO(data)).load()
         self.info = CheckpointInfo(batch, self.data["round_number"], path,
                                    self.manifest["parallelism"])
         decoding = self.manifest.get("decoding") or {}
@@ -163,7 +163,7 @@ def _storage(checkpoint_dir: "str | DurableStorage") -> DurableStorage:
 
 
 def _open(storage: DurableStorage, batch: Optional[int]) -> _Checkpoint:
-    found = _checkpoints(storage)
+    found = checkpoints_in(storage)
     if not found:
         raise StateReadError(f"no checkpoint in {storage.root} (run the job with "
                              "--checkpoint_dir)")
@@ -187,7 +187,7 @@ def _superseded(storage: DurableStorage, checkpoint: _Checkpoint, error: Excepti
     """Whether ``error`` (a file the checkpoint names could not be read) is explained by a
     newer checkpoint having replaced it."""
     del error  # any unreadable file: the newer checkpoint says whether it was replaced
-    return any(batch > checkpoint.info.batch for batch, _ in _checkpoints(storage))
+    return any(batch > checkpoint.info.batch for batch, _ in checkpoints_in(storage))
 
 
 def _partition_rows(checkpoint: _Checkpoint, step: str, partition: int,
