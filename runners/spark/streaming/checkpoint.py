@@ -197,6 +197,7 @@ class Checkpoints:
         self.name_mapping = name_mapping
         self.written_batch: Optional[int] = None
         self._description: Optional[Dict[str, Any]] = None
+        self._decoding: Optional[Dict[str, Any]] = None
         #: the update from the checkpoint resumed (None: it was this pipeline's)
         self.update: Optional[PipelineUpdate] = None
         self._updated_from = ""  # the fingerprint of the pipeline updated from
@@ -214,6 +215,14 @@ class Checkpoints:
         if self._description is None:
             self._description = describe(self.plan)
         return self._description
+
+    @property
+    def decoding(self) -> Dict[str, Any]:
+        """What a state reader decodes this pipeline's state with (:func:`~runners.spark.
+        streaming.state_coders.state_decoding`), kept in every manifest."""
+        if self._decoding is None:
+            self._decoding = state_decoding(self.plan)
+        return self._decoding
 
     @property
     def enabled(self) -> bool:
@@ -427,7 +436,7 @@ class Checkpoints:
             "state_keys": {step.name: step.keys for step in state.steps.values()},
             "stages": [stage.name for stage in self.plan.stages],
             "pipeline": self.description, "run_name": execution.context.run_name,
-            "decoding": state_decoding(self.plan),
+            "decoding": self.decoding,
             "batch_versions": {str(batch): version
                                for batch, version in sorted(self.batch_versions.items())},
         }
