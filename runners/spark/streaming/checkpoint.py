@@ -204,6 +204,9 @@ class Checkpoints:
         #: the files of a layout re-split at the restart, deleted once a checkpoint is written
         self._retired: List[str] = []
         self._due_now = False  # checkpoint after the next batch (a rescale's new layout)
+        #: the key partitions to re-split into once replayed batches are done (None: none)
+        self._pending_rescale: Optional[int] = None
+        self._rescale_deferred = False
         #: batch -> the store version (the loop's round number) after it, for the state
         #: reader's change feed between batches (the latest BATCH_VERSIONS batches)
         self.batch_versions: Dict[int, int] = {}
@@ -242,6 +245,25 @@ class Checkpoints:
     def state_directory(self) -> Optional[str]:
         """Where keyed steps write their state files (None without checkpoints)."""
         return self.storage.join(STATE_DIRECTORY) if self.storage else None
+
+    def rescale_when_replayed(self, execution: Any) -> None:
+        """Re-split the state into the partitions asked for, once the batches the previous
+        driver ran after its checkpoint are replayed: a replay runs a logged batch exactly
+        as it ran (same partitions, same bundle names, which an exactly-once sink
+        recognises), so the re-split waits until the next batch is one no driver ran."""
+        if self._pending_rescale is None:
+            return
+        if self.storage.exists(self._plan_path(execution.batches)):
+            if not self._rescale_deferred:
+                _LOGGER.info("streaming: batches after the checkpoint ran before the restart; "
+                             "they run again at %d key partitions before the re-split into %d",
+                             execution.context.parallelism, self._pending_rescale)
+                self._rescale_deferred = True
+            return
+        self._retired = rescale(execution.context, execution.state, self._pending_rescale,
+                                execution.batches)
+        self._pending_rescale = None
+        self._due_now = True  # the next checkpoint names the new layout
 
     def note_batch(self, batches: int, version: int) -> None:
         """After the batch that makes ``batches`` batches: the store version it left."""
@@ -309,8 +331,8 @@ class Checkpoints:
         # Files the crashed driver's tasks wrote after this checkpoint: no chain names them.
         self._delete_unnamed_state_files(state)
         if rescale_to is not None:
-            self._retired = rescale(execution.context, state, rescale_to, data["batch"])
-            self._due_now = True  # the next checkpoint names the new layout
+            self._pending_rescale = rescale_to
+            self.rescale_when_replayed(execution)
         _LOGGER.info("streaming: resuming from %s (batch %d)", path, data["batch"])
         return data["clock"]
 
