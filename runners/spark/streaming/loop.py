@@ -208,6 +208,7 @@ class StreamingExecution:
                                  rounds, state, compact)
             self.batches += 1
             checkpoints.note_batch(self.batches, state.round_number)
+            checkpoints.rescale_when_replayed(self)
             if checkpoint:
                 checkpoints.write(self, sources, clock)
             if (all(source.finished for source in sources) and not state.residuals.pending()
