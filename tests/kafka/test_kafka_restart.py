@@ -15,6 +15,8 @@ to ``--max_records``. An uninterrupted run, meanwhile, gives the reference panes
   uninterrupted run exactly once. (The batch in flight when run 1 died is replayed with the
   same offset ranges; its open transactions are aborted, and bundles whose transaction had
   committed are not written again.)
+* noida, ``--exactly_once``, run 2 with another ``--spark_parallelism``: the same, the batch
+  in flight replayed at run 1's key partitions before the state is re-split;
 * at-least-once (the default; tansu's only mode), on both brokers: no pane is lost; the
   only extra records are copies of panes of the uninterrupted run (a replayed batch writes
   its panes again).
@@ -29,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from kafka_fixtures import recent_base_seconds
+from runners.spark.streaming.checkpoint import latest_checkpoint, read_manifest
 from kafka_jobs import (
     PARTITIONS,
     PER_PARTITION,
@@ -51,9 +54,10 @@ def _kill_after_panes(job, kafka, topic: str, panes: int, log_path: Path) -> Non
     assert job.returncode == -signal.SIGKILL
 
 
-@pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "at-least-once"])
+@pytest.mark.parametrize("exactly_once, rescaled", [(True, False), (False, False), (True, True)],
+                         ids=["exactly-once", "at-least-once", "exactly-once-rescaled"])
 def test_killed_kafka_job_resumes_from_its_checkpoint(kafka, kafka_broker_kind, exactly_once,
-                                                      tmp_path):
+                                                      rescaled, tmp_path):
     if exactly_once and kafka_broker_kind != "noida":
         pytest.skip(f"{kafka_broker_kind} does not isolate aborted transactions "
                     "(WriteToKafka refuses --exactly_once there: tests/kafka/test_kafka_write.py)")
@@ -79,11 +83,22 @@ def test_killed_kafka_job_resumes_from_its_checkpoint(kafka, kafka_broker_kind, 
     assert (tmp_path / "checkpoints" / "plans").is_dir(), "run 1 logged its batches' ranges"
 
     reported = len(report.read_text().splitlines()) if report.exists() else 0
+    # Rescaled: run 2 asks for 3 key partitions; the batch in flight when run 1 died is
+    # replayed at run 1's 1 (its bundles as they were), then the state is re-split.
+    more = ["--spark_parallelism", "3"] if rescaled else []
     run_2 = start_job(team_scores_command(kafka, source, output, tmp_path / "checkpoints", exactly_once)
-                   + ["--streaming_report", str(report)], log_2)
+                   + ["--streaming_report", str(report)] + more, log_2)
     finish_job(run_2, log_2)
     first_batch = json.loads(report.read_text().splitlines()[reported])["batch"]
     assert first_batch > 1, "run 2 resumed after the batches run 1 checkpointed"
+    if rescaled:
+        # The replayed batch rebuilt run 1's one store per keyed step; a later batch the
+        # three of the re-split; the final checkpoint holds three partitions.
+        lines = [json.loads(line) for line in report.read_text().splitlines()[reported:]]
+        loaded = [max(line["stores_loaded"].values(), default=0) for line in lines]
+        assert loaded[0] == 1 and 3 in loaded[1:], loaded
+        manifest = read_manifest(latest_checkpoint(str(tmp_path / "checkpoints")))
+        assert manifest["parallelism"] == 3
 
     expected = topic_panes(kafka.bootstrap_servers, reference_topic, committed_only=exactly_once)
     timings = {json.loads(pane)["pane"]["timing"] for pane in expected}
