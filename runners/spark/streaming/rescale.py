@@ -140,6 +140,7 @@ def _rescale_step(context: Any, storage: DurableStorage, state_directory: str, s
     directory = rescaled_directory(step.name, new, batch)
     if not step.chains:  # nothing durable: the step never held state
         step.directory = directory
+        step.executors = {}
         return
     old_base = storage.join(state_directory, step.directory)
     tasks = [OldPartition(step.name, partition, step.version, step.commits.get(partition, b""),
@@ -165,6 +166,7 @@ def _rescale_step(context: Any, storage: DurableStorage, state_directory: str, s
                     for report in written}
     step.partition_bytes = {report.partition: report.state_bytes for report in written}
     step.state_bytes = sum(report.state_bytes for report in written)
+    step.executors = {}  # the new partitions are placed by their first tasks
     step.take_superseded()
 
 
