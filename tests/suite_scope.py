@@ -108,6 +108,10 @@ EXTENDED: Dict[str, str] = {
     "streaming/test_rescale.py::test_a_driver_killed_during_a_resplit": "a driver killed "
         "while it re-splits a checkpoint's state, resumed both ways (70 s): the core suite "
         "re-splits to more and fewer partitions and resumes from the old layout's files",
+    "runner/test_spark_cluster_spreading.py::test_key_partitions_spread_onto_a_worker_that"
+    "_joins_a_connect_server": "a worker joining a keyed job through a Connect server of the "
+        "cluster (150 s with the server's start): the core suite joins one on classic Spark, "
+        "and unit-tests the choice of partitions both backends share",
 }
 
 #: Node-id prefixes of tests whose Spark Connect runs are outside the core suite, and why.

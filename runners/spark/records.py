@@ -67,6 +67,8 @@ class StepReport(NamedTuple):
     storage_retries: int = 0  # transient storage errors the task's process retried
     #: a snapshot of the partition written in the background (a ``state_files.StateFile``)
     snapshot: Optional[Tuple[str, int, int, str, str]] = None
+    #: the executor the task ran on, which now holds the store (``executor_identity``)
+    executor: str = ""
 
 
 class Residual(NamedTuple):

@@ -197,7 +197,8 @@ def test_placed_key_partitions_each_get_their_own_input_and_run_with_none(spark_
     task gets its partition's records through the dataset's own functions, and its key
     partition as its index, also once the outputs are unioned and coalesced; a partition
     with no input still runs (its timers); ``run_at_every_place`` reaches every partition of
-    every place; and Spark plans no exchange on the pointer's side of the cogroup."""
+    every place; and Spark plans no exchange on the pointer's side of the cogroup, nor any
+    for a step with due timers only."""
     from runners.spark.backends.connect import ConnectBackend
     from runners.spark.backends.connect_affinity import PointerAffinity
 
@@ -218,6 +219,9 @@ def test_placed_key_partitions_each_get_their_own_input_and_run_with_none(spark_
         union = backend.union([placed, timers_only]).coalesce(1)
         assert sorted(backend.collect(union)) == sorted(
             expected + [(partition, []) for partition in range(4)])
+        # Due timers only, the pointer cached: no shuffle on either side either.
+        placement.run("Count", backend.source([], 4), _seen).frame().explain()
+        assert "ENSURE_REQUIREMENTS" not in capsys.readouterr().out
         reached = placement.run_at_every_place(_seen)
         assert sorted(reached) == sorted([(partition, []) for partition in range(4)] * 2)
         with pytest.raises(ValueError, match="partition_by"):

@@ -24,7 +24,7 @@ import abc
 import contextlib
 import functools
 import threading
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 #: A function over one partition's records.
 PartitionFunction = Callable[[Iterator[Any]], Iterable[Any]]
@@ -173,6 +173,14 @@ class PartitionAffinity(abc.ABC):
     def run_at_every_place(self, function: IndexedPartitionFunction) -> List[Any]:
         """Run ``function`` once where each place's partitions are (once anywhere when
         there is no place yet); returns what the calls yielded."""
+
+    def spread(self, batch: int, holders: Mapping[str, Mapping[int, str]],
+               names: Optional[JobNames] = None) -> None:
+        """Between batches: when executors joined since the last look, move some places'
+        partitions onto them (:mod:`~runners.spark.backends.spreading`). ``holders`` is
+        place -> partition -> the executor its last task reported
+        (:func:`~runners.spark.executor_identity.executor_name`); ``names`` names a job the
+        look may run. Nothing by default."""
 
     def release(self) -> None:
         """Forget every place."""

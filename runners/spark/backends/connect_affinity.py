@@ -22,6 +22,18 @@ caching its pointer block, in every batch, the blocks spread 4 and 4 in an irreg
 blocks go with it: the next task runs anywhere, rebuilds the store there and caches the
 pointer's partition there, which becomes the partition's new home.
 
+An executor that joins later holds no pointer block, so no keyed task would go there.
+Connect has no SparkContext to ask for executors, and no way to ask for one executor per
+partition. Between batches, at most once every few batches, and rarely enough that looks
+take 2% of the time (:mod:`~runners.spark.backends.spreading`),
+:meth:`PointerAffinity.spread` runs a small job whose tasks say which executor they ran on
+(~0.5 s on the test cluster); when the set changed and a place's partitions (as its tasks
+last reported them) are spread unevenly over it, the place's pointer is made anew and
+placed at once, by jobs of their own while every executor is idle: Spark deals the blocks
+round the executors, and of a few deals the place keeps the best (:meth:`PointerAffinity.
+_deal`). The partitions that land on another executor than before rebuild their store
+there once; those that land where they were keep it.
+
 The cogroup calls the task once per key partition, with its key partition (the group key),
 the pointer's row, and the partition's input rows (none when only timers are due). On a
 local master there is one executor and nothing to place (``enabled`` is False), but keyed
@@ -31,26 +43,37 @@ partition once the step's output is unioned with other outputs or coalesced.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import time
 import uuid
-from typing import Any, Dict, List
+from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from pyspark.storagelevel import StorageLevel
 
 from runners.spark.backends import connect_rows as rows
-from runners.spark.backends.base import IndexedPartitionFunction, PartitionAffinity
+from runners.spark.backends.base import IndexedPartitionFunction, JobNames, PartitionAffinity
 from runners.spark.backends.connect_tasks import (
     PartitionTask,
     PlacedTask,
     PointerTask,
     RecordsWriter,
 )
+from runners.spark.backends.spreading import (
+    SPREAD_PROBE_SHARE,
+    SpreadCheck,
+    plan_moves,
+    spread_note,
+)
+from runners.spark.executor_identity import executor_name
 
 _LOGGER = logging.getLogger(__name__)
 
 #: The pointer's column naming its run and place (what keeps pointers apart in Spark's cache).
 _PLACE = "place"
+#: Placements of new pointers tried, at most, when partitions spread onto joined executors.
+POINTER_DEALS = 4
 
 
 class PointerAffinity(PartitionAffinity):
@@ -70,38 +93,52 @@ class PointerAffinity(PartitionAffinity):
         self.enabled = enabled
         self._pointers: Dict[str, Any] = {}
         self._run = uuid.uuid4().hex
+        self._made = 0  # pointers made so far (each names itself by its number)
+        self._check = SpreadCheck()
 
     def run(self, place: str, dataset: Any, function: IndexedPartitionFunction) -> Any:
         # Also on one executor (nothing to place): the cogroup hands the task its key
         # partition, where a task's partition id would be another once the step's output is
         # unioned with other outputs or coalesced.
         partitions = self.partitions
+        pointer = self._pointer(place)
         if dataset.partitions != partitions:
             if not dataset.known_empty:
                 raise ValueError(f"a keyed step's input must be made by partition_by("
                                  f"{partitions}), not in {dataset.partitions} partitions")
             dataset = self.backend.keyed_empty(partitions)
+            # Due timers only. Spark's optimizer turns an empty relation into one with no
+            # partitioning, and the cogroup would then shuffle both sides into
+            # spark.sql.shuffle.partitions tasks, placed anywhere (measured on the cluster:
+            # 200 tasks, and the partitions' stores rebuilt where they ran); none of the
+            # pointer's rows keeps the cached pointer's partitioning: no shuffle at all.
+            frame = pointer.where(f"{rows.PARTITION} < 0").selectExpr(
+                rows.PARTITION, f"CAST(NULL AS BINARY) AS {rows.RECORD}")
+        else:
+            frame = dataset.partitioned_frame
         task = PlacedTask(PartitionTask(dataset.reader, dataset.steps + ((True, function),),
                                         RecordsWriter(self.backend.binary),
                                         self.backend.working_directory()),
                           self.backend.binary).function()
-        placed = self._pointer(place).groupBy(rows.PARTITION).cogroup(
-            dataset.partitioned_frame.groupBy(rows.PARTITION)).applyInArrow(
-            task, self.backend.records_schema)
+        placed = pointer.groupBy(rows.PARTITION).cogroup(
+            frame.groupBy(rows.PARTITION)).applyInArrow(task, self.backend.records_schema)
         return self.backend.records(placed)
 
     def _pointer(self, place: str) -> Any:
         pointer = self._pointers.get(place)
         if pointer is None:
-            # Spark shares one cache among equal plans: each place's pointer names itself, or
-            # two steps computing their pointers in one job would cache one partition on two
-            # executors and keep one (measured: a store rebuilt in a steady batch).
-            tag = f"{self._run}-{len(self._pointers)}"
-            pointer = self.backend.session.range(0, self.partitions, 1, 1).selectExpr(
-                f"CAST(id AS INT) AS {rows.PARTITION}", f"'{tag}' AS {_PLACE}").repartitionById(
-                self.partitions, rows.PARTITION).persist(StorageLevel.MEMORY_ONLY)
-            self._pointers[place] = pointer
+            pointer = self._pointers[place] = self._new_pointer()
         return pointer
+
+    def _new_pointer(self) -> Any:
+        # Spark shares one cache among equal plans: each pointer names itself, or two steps
+        # computing their pointers in one job would cache one partition on two executors and
+        # keep one (measured: a store rebuilt in a steady batch).
+        tag = f"{self._run}-{self._made}"
+        self._made += 1
+        return self.backend.session.range(0, self.partitions, 1, 1).selectExpr(
+            f"CAST(id AS INT) AS {rows.PARTITION}", f"'{tag}' AS {_PLACE}").repartitionById(
+            self.partitions, rows.PARTITION).persist(StorageLevel.MEMORY_ONLY)
 
     def run_at_every_place(self, function: IndexedPartitionFunction) -> List[Any]:
         """On a cluster one task per pointed partition, each where the partition's store
@@ -115,10 +152,116 @@ class PointerAffinity(PartitionAffinity):
         union = functools.reduce(lambda left, right: left.union(right), frames)
         return self.backend.collect(self.backend.records(union))
 
+    def spread(self, batch: int, holders: Mapping[str, Mapping[int, str]],
+               names: Optional[JobNames] = None) -> None:
+        """See the module docstring."""
+        if not self.enabled or not self._pointers or not self._check.due(batch):
+            return
+        started = time.monotonic()
+        with _named(names, "which executors run tasks (key partitions move onto those that "
+                           "joined)"):
+            executors = self._executors()
+        # Looks take a small share of the time at most (~25 s apart on the test cluster).
+        self._check.seconds = (time.monotonic() - started) / SPREAD_PROBE_SHARE
+        if not self._check.wanted(executors):
+            return
+        notes, renewed = [], {}
+        for place in list(self._pointers):
+            held = {partition: executor for partition, executor in holders.get(place, {}).items()
+                    if partition < self.partitions}  # reports of before a re-split aside
+            moves = plan_moves(held, executors)
+            if moves:
+                renewed[place] = held
+                notes.append(spread_note(place, moves, held))
+        if not renewed:
+            self._check.settle(executors)
+            return
+        self._check.tried()
+        with _named(names, "key partitions placed anew (some onto executors that joined)"):
+            landed = self._deal(renewed, executors)
+        _LOGGER.info("streaming: executors %s: key partitions to move: %s; their steps' "
+                     "pointers made anew (the partitions placed elsewhere than before rebuild "
+                     "their store once): %s", sorted(executors), "; ".join(notes),
+                     "; ".join(f"{place}: {where}" for place, where in landed.items()))
+
+    def _deal(self, places: Mapping[str, Mapping[int, str]],
+              executors: FrozenSet[str]) -> Dict[str, Dict[int, str]]:
+        """New pointers for ``places`` (place -> where its partitions are), placed now, while
+        every executor is idle and its Python workers warm (the probe's); returns where
+        their partitions landed.
+
+        Left to the next batch, a pointer not yet cached is planned with a shuffle on both
+        sides of the cogroup (its partitioning is unknown before it is cached): its blocks
+        land where that batch's other tasks leave a core free, its tasks elsewhere
+        (measured: 1 of the 4 partitions to move did). Placed by a job of their own, Spark
+        deals the blocks round the executors, not always evenly nor keeping the partitions
+        that may stay (measured: 3 and 1, or 2 and 2 with a partition moved in vain). No
+        store moves before the next batch, so up to :data:`POINTER_DEALS` deals are made
+        and each place keeps its best: even, with the fewest partitions moved."""
+        fewest = {place: len(plan_moves(held, executors)) for place, held in places.items()}
+        best: Dict[str, Tuple[Tuple[int, int], Any, Dict[int, str]]] = {}
+        pending = list(places)
+        for _ in range(POINTER_DEALS):
+            fresh = {place: self._new_pointer() for place in pending}
+            for place, where in self._landings(fresh).items():
+                held = places[place]
+                score = (len(plan_moves(where, executors)),
+                         sum(1 for partition, executor in where.items()
+                             if held.get(partition) != executor))
+                if place in best and best[place][0] <= score:
+                    self._free([fresh[place]])
+                    continue
+                if place in best:
+                    self._free([best[place][1]])
+                best[place] = (score, fresh[place], where)
+            pending = [place for place in pending if best[place][0] > (0, fewest[place])]
+            if not pending:
+                break
+        for place, (_, pointer, _) in best.items():
+            self._free([self._pointers.pop(place)])
+            self._pointers[place] = pointer
+        return {place: where for place, (_, _, where) in best.items()}
+
+    def _landings(self, pointers: Mapping[str, Any]) -> Dict[str, Dict[int, str]]:
+        """Compute and cache ``pointers`` (place -> pointer) in one job; returns where each
+        partition landed (place -> partition -> executor)."""
+        frames = [pointer.mapInArrow(
+            PointerTask(functools.partial(_landed, place), self.backend.binary),
+            self.backend.records_schema) for place, pointer in pointers.items()]
+        union = functools.reduce(lambda left, right: left.union(right), frames)
+        landed: Dict[str, Dict[int, str]] = {place: {} for place in pointers}
+        for place, partition, executor in self.backend.collect(self.backend.records(union)):
+            landed[place][partition] = executor
+        return {place: dict(sorted(where.items())) for place, where in landed.items()}
+
+    def _executors(self) -> FrozenSet[str]:
+        """The executors that run tasks now: a job of more tasks than executors known, each
+        saying where it ran (idle between batches, every executor takes some)."""
+        tasks = 2 * len(self._check.seen or ()) + 4
+        probe = self.backend.source(list(range(tasks)), tasks).map_partitions(_where)
+        return frozenset(self.backend.collect(probe))
+
     def release(self) -> None:
         pointers, self._pointers = list(self._pointers.values()), {}
+        self._free(pointers)
+
+    @staticmethod
+    def _free(pointers: Iterable[Any]) -> None:
         for pointer in pointers:
             try:
                 pointer.unpersist()
             except Exception as error:  # a session gone: its cache went with it
                 _LOGGER.warning("could not free a keyed step's pointer: %s", error)
+
+
+def _named(names: Optional[JobNames], what: str) -> Any:
+    return contextlib.nullcontext() if names is None else names.job(what)
+
+
+def _where(records: Iterable[Any]) -> Iterator[str]:
+    for _ in records:
+        yield executor_name()
+
+
+def _landed(place: str, partition: int, records: Iterable[Any]) -> Iterator[Tuple[str, int, str]]:
+    yield place, partition, executor_name()

@@ -40,6 +40,9 @@ stable format, for live progress and plots; later fields may be added, none remo
      "stores_loaded": {"Sum/GroupByKey": 0},     # per keyed step: key partitions whose store
                                  # was rebuilt from the checkpoint location (a task that ran
                                  # on another executor than the store's, or a new executor)
+     "executors": {"Sum/GroupByKey": {"0": "1@host-a", "1": "2@host-b"}},  # per keyed
+                                 # step: partition -> the executor that ran its last task and
+                                 # holds its store (Spark's executor id @ host)
      "storage_retries": 0,       # transient errors of --checkpoint_dir retried since the
                                  # previous report (the driver's and the keyed tasks')
      "side_input_elements": {"Rates/Map": 12},   # per side input (its PCollection): kept
@@ -119,6 +122,9 @@ class BatchReporter:
                  "state_bytes": {step.name: step.state_bytes for step in steps},
                  "touched_keys": {step.name: step.touched for step in steps},
                  "stores_loaded": {step.name: step.loaded for step in steps},
+                 "executors": {step.name: {str(partition): executor for partition, executor
+                                           in sorted(step.executors.items())}
+                               for step in steps},
                  "storage_retries": retries,
                  "side_input_elements": state.side_input_sizes(),
                  "held_for_side_inputs": state.held.count()}

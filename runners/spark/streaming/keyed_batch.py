@@ -20,6 +20,7 @@ from typing import Any, FrozenSet, Iterator, Optional, Tuple
 
 from apache_beam.utils.timestamp import Timestamp
 
+from runners.spark.executor_identity import executor_name
 from runners.spark.records import StepReport
 from runners.spark.streaming.state_files import DurableState, StateFile
 from runners.spark.streaming.state_store import (
@@ -119,7 +120,7 @@ class KeyedBatch:
                           summary.state_bytes, inputs, outputs, store.touched, summary.hold,
                           summary.next_event_wake, summary.next_processing_wake,
                           store.loaded, store.written, store.commit, take_retries(),
-                          store.snapshot)
+                          store.snapshot, executor_name())
 
 
 def remove_run_partition(run: str, partition: int, records: Any) -> Iterator[int]:

@@ -61,6 +61,8 @@ class KeyedStep:
         self.partition_bytes: Dict[int, int] = {}  # partition -> its encoded state
         #: partition -> the id of the commit of ``version`` its report named
         self.commits: Dict[int, bytes] = {}
+        #: partition -> the executor that ran its last task (holding its store)
+        self.executors: Dict[int, str] = {}
         #: (partition, file) replaced by a snapshot since the last checkpoint manifest
         self._superseded: List[Tuple[int, StateFile]] = []
 
@@ -107,6 +109,8 @@ class KeyedStep:
         for report in reports:
             self.partition_bytes[report.partition] = report.state_bytes
             self.commits[report.partition] = report.commit
+            if report.executor:
+                self.executors[report.partition] = report.executor
             if report.written is not None:
                 self._chain_file(report.partition, StateFile(*report.written))
             if report.snapshot is not None:

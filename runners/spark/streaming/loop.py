@@ -206,6 +206,10 @@ class StreamingExecution:
             self.reporter.report(self.batches, batch_started, clock, delivered,
                                  self.context.jobs + state.residuals.jobs - jobs_before,
                                  rounds, state, compact)
+            # Executors that joined get key partitions (a look every few batches).
+            state.placement.spread(self.batches, {step.name: step.executors
+                                                  for step in state.steps.values()},
+                                   self.context.names)
             self.batches += 1
             checkpoints.note_batch(self.batches, state.round_number)
             checkpoints.rescale_when_replayed(self)
