@@ -100,9 +100,9 @@ class AnchoredAffinity(PartitionAffinity):
 
     def spread(self, batch: int, holders: Mapping[str, Mapping[int, str]],
                names: Optional[JobNames] = None) -> None:
-        """See the module docstring; no job runs, and ``holders`` (the tasks' reports) is not
-        needed: the JVM knows where each anchor block is, by the executor ids locations
-        name."""
+        """See the module docstring. No job runs, and ``holders`` (the tasks' reports) is not
+        needed: the driver's JVM knows where each anchor block is cached, by the executor ids
+        Spark places tasks by."""
         if not self.enabled or not self._anchors or not self._check.due(batch):
             return
         driver = self.spark_context._jsc.sc()
