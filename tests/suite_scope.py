@@ -109,6 +109,10 @@ EXTENDED: Dict[str, str] = {
         "while it re-splits a checkpoint's state, resumed both ways (70 s): the core suite "
         "re-splits to more and fewer partitions and resumes from the old layout's files",
     "runner/test_spark_cluster_spreading.py::test_key_partitions_spread_onto_a_worker_that"
+    "_joins_mid_stream": "a worker joining a keyed job on the cluster (95 s, 120 s with the "
+        "worker's restart): the core suite unit-tests the choice of partitions and the "
+        "executors' names, and runs keyed jobs on the cluster through a lost worker",
+    "runner/test_spark_cluster_spreading.py::test_key_partitions_spread_onto_a_worker_that"
     "_joins_a_connect_server": "a worker joining a keyed job through a Connect server of the "
         "cluster (150 s with the server's start): the core suite joins one on classic Spark, "
         "and unit-tests the choice of partitions both backends share",

@@ -16,7 +16,7 @@ them, with the job stopped or running, without the pipeline's code:
   new state, ``change_type`` ``"update"``) or deleted (``"delete"``), from the deltas;
   :func:`batch_changes` the same between two batches (the manifest keeps each recent
   batch's store version).
-* ``python -m runners.spark.streaming.state_table --checkpoint_dir DIR``: the same as an
+* ``python -m runners.spark.streaming.state_table_cli --checkpoint_dir DIR``: the same as an
   aligned text table (:mod:`~runners.spark.streaming.state_table_cli`), no Spark needed.
 
 Each partition is rebuilt from exactly the chain its manifest names, every file checked
@@ -331,9 +331,3 @@ def read_changes(spark: Any, checkpoint_dir: str, start: int, end: Optional[int]
     """:func:`state_changes` as a DataFrame of :data:`CHANGES_SCHEMA`."""
     return spark.createDataFrame(list(state_changes(checkpoint_dir, start, end, steps)),
                                  CHANGES_SCHEMA)
-
-
-if __name__ == "__main__":
-    from runners.spark.streaming.state_table_cli import main
-
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The command line of the state reader: a job's keyed state as an aligned text table.
 
-``python -m runners.spark.streaming.state_table --checkpoint_dir DIR [--batch N]
+``python -m runners.spark.streaming.state_table_cli --checkpoint_dir DIR [--batch N]
 [--step NAME]... [--changes START END] [--version_changes START END] [--limit N]`` prints
 the rows of :func:`~runners.spark.streaming.state_table.state_rows` (or, with ``--changes``,
 the change feed between batches START and END: :func:`~runners.spark.streaming.state_table.
@@ -60,7 +60,7 @@ def format_table(rows: Iterable[Sequence[Any]], columns: Sequence[str]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m runners.spark.streaming.state_table",
+        prog="python -m runners.spark.streaming.state_table_cli",
         description="Print a streaming job's keyed state, read from its checkpoint.")
     parser.add_argument("--checkpoint_dir", required=True,
                         help="The job's --checkpoint_dir (a path or a Beam filesystem URL).")
