@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from apache_beam.options.pipeline_options import TypeOptions
 
@@ -181,6 +181,19 @@ def par_do_payload(transform) -> beam_runner_api_pb2.ParDoPayload:
     return proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
 
 
+def stateful_par_do(transform) -> Optional[Tuple[beam_runner_api_pb2.ParDoPayload, str]]:
+    """A ParDo with state or timers: its payload and its main input's PCollection id (None
+    for any other transform)."""
+    if transform.spec.urn not in PAR_DO_URNS:
+        return None
+    payload = par_do_payload(transform)
+    if not payload.state_specs and not payload.timer_family_specs:
+        return None
+    main = [pcollection for tag, pcollection in transform.inputs.items()
+            if tag not in payload.side_inputs]
+    return payload, main[0]
+
+
 def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
          native_reshuffle: bool = True) -> ExecutionPlan:
     """Fuse the pipeline into stages and describe each for execution on Spark.
@@ -308,14 +321,10 @@ class _PlanBuilder:
     def _user_key_coder(self, transforms) -> str:
         """The coder of the key of a stateful ParDo's main input, as the SDK harness has it."""
         for transform in transforms:
-            if transform.spec.urn not in PAR_DO_URNS:
+            stateful = stateful_par_do(transform)
+            if stateful is None:
                 continue
-            payload = par_do_payload(transform)
-            if not payload.state_specs and not payload.timer_family_specs:
-                continue
-            main = [pcollection for tag, pcollection in transform.inputs.items()
-                    if tag not in payload.side_inputs]
-            coder = self.components.coders[self.components.pcollections[main[0]].coder_id]
+            coder = self.components.coders[self.components.pcollections[stateful[1]].coder_id]
             return coder.component_coder_ids[0]
         return ""
 

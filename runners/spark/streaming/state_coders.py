@@ -42,14 +42,13 @@ from typing import Any, Dict, Iterable, Optional, Set
 # a reader builds the coders the job's plan used.
 import runners.spark.coders  # noqa: F401
 from runners.spark.beam_internals import (
-    PAR_DO_URNS,
     PipelineContext,
     beam_fn_api_pb2,
     beam_runner_api_pb2,
     common_urns,
     python_urns,
 )
-from runners.spark.planning import SDK_STAGE, ExecutionPlan, par_do_payload
+from runners.spark.planning import SDK_STAGE, ExecutionPlan, stateful_par_do
 
 GROUP_BY_KEY = "GroupByKey"
 STATEFUL_DO_FN = "stateful DoFn"
@@ -123,14 +122,11 @@ def _stateful(components: Any, stage: Any) -> Dict[str, Any]:
     timers: Dict[str, str] = {}
     window_coder = ""
     for transform_id, transform in sorted(descriptor.transforms.items()):
-        if transform.spec.urn not in PAR_DO_URNS:
+        stateful = stateful_par_do(transform)
+        if stateful is None:
             continue
-        payload = par_do_payload(transform)
-        if not payload.state_specs and not payload.timer_family_specs:
-            continue
-        main = [pcollection for tag, pcollection in transform.inputs.items()
-                if tag not in payload.side_inputs]
-        strategy_id = descriptor.pcollections[main[0]].windowing_strategy_id
+        payload, main = stateful
+        strategy_id = descriptor.pcollections[main].windowing_strategy_id
         window_coder = descriptor.windowing_strategies[strategy_id].window_coder_id
         cells = {}
         for state_id, spec in sorted(payload.state_specs.items()):
