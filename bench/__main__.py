@@ -18,7 +18,10 @@ Engines (``--only``):
 ``spark`` and ``pyspark`` share one SparkSession (created first; the SparkRunner gets the
 same master, and the run records whether it reused that session). Every engine first runs
 every workload once at ``--warmup-events`` (JVM JIT, Python workers forked and their
-imports done, Beam's own caches), unmeasured, before the measured runs. Every answer,
+imports done, Beam's own caches), unmeasured, before the measured runs.
+``parse_filter_project`` reads files (``bench.bids``): they are written once per event set,
+before any engine runs it and outside every timing, read by every engine, and removed
+when the benchmark ends. Every answer,
 warm-up or measured, is compared with a plain Python loop's; any difference fails the run
 (exit status 1) after the table is printed.
 
@@ -45,9 +48,16 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from bench.bids import BidFiles
 from bench.memory import PeakMemory
 from bench.report import format_table, ratios, write_jsonl
-from bench.workloads import WORKLOADS, EventSet, describe_difference, reference_answer
+from bench.workloads import (
+    READS_FILES,
+    WORKLOADS,
+    EventSet,
+    describe_difference,
+    reference_answer,
+)
 
 ENGINES = ("pyspark", "dataframe", "spark", "connect", "direct")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -112,6 +122,12 @@ class Engines:
         self.session_shared: Optional[bool] = None
         self.connect_server: Any = None
         self.connect_session: Any = None
+        self.bid_files = BidFiles()
+
+    def inputs(self, workload: str, event_set: EventSet) -> Optional[str]:
+        """The pattern of ``workload``'s input files over ``event_set`` (written on the first
+        call: make it before any clock starts), or None for a workload that reads none."""
+        return self.bid_files.pattern(event_set) if workload in READS_FILES else None
 
     def prepare(self, engines: List[str]) -> None:
         if "connect" in engines:
@@ -140,6 +156,7 @@ class Engines:
             self.spark_session()
 
     def close(self) -> None:
+        self.bid_files.close()
         if self.connect_session is not None:
             self.connect_session.stop()
             self.connect_session = None
@@ -157,21 +174,22 @@ class Engines:
     def run(self, engine: str, workload: str, event_set: EventSet,
             timing: Dict[str, float]) -> Any:
         """The engine's answer; ``timing["seconds"]``: its run, without reading back the
-        lines it wrote."""
+        lines it wrote (nor writing the input files: see :meth:`inputs`)."""
+        inputs = self.inputs(workload, event_set)
         if engine == "pyspark":
             from bench.baselines import run_pyspark
 
             return run_pyspark(workload, event_set, self.spark_session().sparkContext,
-                               self.arguments.parallelism, timing)
+                               self.arguments.parallelism, timing, inputs)
         if engine == "dataframe":
             from bench.baselines import run_dataframe
 
             return run_dataframe(workload, event_set, self.spark_session(),
-                                 self.arguments.parallelism, timing)
+                                 self.arguments.parallelism, timing, inputs)
         if engine == "direct":
             from bench.direct import run_direct_runner
 
-            return run_direct_runner(workload, event_set, timing)
+            return run_direct_runner(workload, event_set, timing, inputs)
         from bench.beam_jobs import run_beam
 
         options = [f"--spark_parallelism={self.arguments.parallelism}"]
@@ -179,10 +197,10 @@ class Engines:
             options.append(f"--bundle_size={self.arguments.bundle_size}")
         if engine == "connect":
             return run_beam(workload, event_set, self.spark_runner_class(self.connect_session),
-                            options, timing=timing)
+                            options, timing=timing, inputs=inputs)
         options.append(f"--spark_master_url={self.arguments.master}")
         answer = run_beam(workload, event_set, self.spark_runner_class(), options,
-                          timing=timing)
+                          timing=timing, inputs=inputs)
         from pyspark import SparkContext
 
         active = SparkContext._active_spark_context
@@ -267,6 +285,7 @@ def _run(arguments: argparse.Namespace, engines: Engines, run_id: str, results_p
         print(f"warm-up: {arguments.warmup_events:,} events per engine and workload", flush=True)
         for workload in arguments.workloads:
             expected = reference_answer(workload, warmup_set)
+            engines.inputs(workload, warmup_set)  # written now, outside every engine's time
             for engine in arguments.only:
                 record = measure(engines, engine, workload, warmup_set, expected)
                 if record["status"] == "ok" and not record["agrees"]:
@@ -275,6 +294,7 @@ def _run(arguments: argparse.Namespace, engines: Engines, run_id: str, results_p
     records: List[Dict[str, Any]] = []
     for workload in arguments.workloads:
         print(f"measuring {workload} at {arguments.events:,} events", flush=True)
+        engines.inputs(workload, event_set)  # written now, outside every engine's time
         with PeakMemory() as peak:
             began = time.perf_counter()
             expected = reference_answer(workload, event_set)

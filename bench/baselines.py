@@ -9,6 +9,12 @@ the element-wise workloads map or filter each event and write its line as text
 (:func:`run_dataframe`) build a DataFrame from the same generated events and let Spark SQL
 do the rest (its projection, filter and aggregation run in the JVM).
 
+``parse_filter_project`` reads the bid files written before the run (``inputs``, a glob
+pattern; see ``bench.bids``): with RDDs, ``textFile`` then the Beam pipeline's own functions
+through ``map``/``filter`` (parse, keep, project, format); with a DataFrame, ``from_json``
+with the bids' schema, ``where``, and the record's line built by ``concat`` (every field an
+integer: the same bytes as :func:`~bench.workloads.output_line`), all in the JVM.
+
 ``timing``, when given, receives ``seconds``: the computation and its output, without the
 read-back of written lines that only the check needs.
 
@@ -25,6 +31,7 @@ import tempfile
 import time
 from typing import Any, Dict, Optional
 
+from bench.bids import BID_FILTER_MODULUS, BID_SCHEMA, bid_files, keep_bid, parse_bid, project_bid
 from bench.workloads import (
     CONVERSION_DENOMINATOR,
     CONVERSION_NUMERATOR,
@@ -35,6 +42,7 @@ from bench.workloads import (
     HOT_KEY,
     HOT_KEY_GROUP,
     HOT_SCORE_ABOVE,
+    PARSE_FILTER_PROJECT,
     PROJECTION,
     WINDOW_SECONDS,
     EventSet,
@@ -56,11 +64,29 @@ def _events(event_set: EventSet, spark_context: Any) -> Any:
     )
 
 
+def _written_lines(lines: Any, prefix: str, timing: Dict[str, float], began: float) -> Any:
+    """Save an RDD of lines as text; the :class:`~bench.workloads.Digest` of what it wrote
+    (``timing["seconds"]``: from ``began`` until written)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        output = os.path.join(directory, "answer")
+        lines.saveAsTextFile(output)
+        timing["seconds"] = time.perf_counter() - began
+        return digest_files(os.path.join(output, "part-*"))
+
+
 def run_pyspark(workload: str, event_set: EventSet, spark_context: Any, partitions: int = 2,
-                timing: Optional[Dict[str, float]] = None) -> Any:
-    """Compute ``workload`` over ``event_set`` with RDDs; the answer as in ``workloads``."""
+                timing: Optional[Dict[str, float]] = None, inputs: Optional[str] = None) -> Any:
+    """Compute ``workload`` over ``event_set`` with RDDs; the answer as in ``workloads``
+    (``inputs``: the pattern of ``parse_filter_project``'s bid files; None: written here
+    before the clock starts)."""
     check_workload(workload)
     timing = {} if timing is None else timing
+    if workload == PARSE_FILTER_PROJECT:
+        with bid_files(event_set, inputs) as pattern:
+            began = time.perf_counter()
+            lines = (spark_context.textFile(pattern, minPartitions=partitions)
+                     .map(parse_bid).filter(keep_bid).map(project_bid).map(output_line))
+            return _written_lines(lines, "bench-rdd-", timing, began)
     began = time.perf_counter()
     events = _events(event_set, spark_context)
     if workload == GLOBAL_SUM:
@@ -72,11 +98,7 @@ def run_pyspark(workload: str, event_set: EventSet, spark_context: Any, partitio
             records = events.filter(keep)
         else:
             records = events
-        with tempfile.TemporaryDirectory(prefix="bench-rdd-") as directory:
-            output = os.path.join(directory, "answer")
-            records.map(output_line).saveAsTextFile(output)
-            timing["seconds"] = time.perf_counter() - began
-            return digest_files(os.path.join(output, "part-*"))
+        return _written_lines(records.map(output_line), "bench-rdd-", timing, began)
     elif workload == HOT_KEY_GROUP:
         groups = events.map(lambda event: (group_key(event), event[1])).groupByKey(partitions)
         answer = dict(groups.mapValues(lambda scores: (len(scores), sum(scores))).collect())
@@ -90,13 +112,31 @@ def run_pyspark(workload: str, event_set: EventSet, spark_context: Any, partitio
 
 
 def run_dataframe(workload: str, event_set: EventSet, spark_session: Any, partitions: int = 2,
-                  timing: Optional[Dict[str, float]] = None) -> Any:
+                  timing: Optional[Dict[str, float]] = None, inputs: Optional[str] = None) -> Any:
     """Compute ``workload`` over ``event_set`` with a DataFrame; the answer as in
-    ``workloads``."""
+    ``workloads`` (``inputs`` as for :func:`run_pyspark`)."""
     from pyspark.sql import functions
 
     check_workload(workload)
     timing = {} if timing is None else timing
+    if workload == PARSE_FILTER_PROJECT:
+        with bid_files(event_set, inputs) as pattern:
+            began = time.perf_counter()
+            bids = spark_session.read.text(pattern).select(
+                functions.from_json("value", BID_SCHEMA).alias("bid")).select("bid.*")
+            kept = bids.where(functions.col("auction") % BID_FILTER_MODULUS == 0)
+            # project_bid's record as output_line writes it: [auction,price,bidder,date_time].
+            price = functions.expr(
+                f"price * {CONVERSION_NUMERATOR} div {CONVERSION_DENOMINATOR}")
+            line = functions.concat(
+                functions.lit("["), functions.col("auction").cast("string"), functions.lit(","),
+                price.cast("string"), functions.lit(","), functions.col("bidder").cast("string"),
+                functions.lit(","), functions.col("date_time").cast("string"), functions.lit("]"))
+            with tempfile.TemporaryDirectory(prefix="bench-dataframe-") as directory:
+                output = os.path.join(directory, "answer")
+                kept.select(line.alias("value")).write.text(output)
+                timing["seconds"] = time.perf_counter() - began
+                return digest_files(os.path.join(output, "part-*"))
     began = time.perf_counter()
     events = spark_session.createDataFrame(
         _events(event_set, spark_session.sparkContext),

@@ -10,6 +10,11 @@ generates its events, events are stamped with their event time, and then:
 - ``hot_key_group``: ``GroupByKey`` on :func:`~bench.workloads.group_key`, then each key's
   count and sum of its values.
 
+``parse_filter_project`` generates nothing: it reads the bid files written before the run
+(``inputs``, a glob pattern; see ``bench.bids``) with ``ReadFromText``, then runs one named
+step per function, plain functions as Nexmark's queries are written: ``Map(parse_bid)``,
+``Filter(keep_bid)``, ``Map(project_bid)``, ``Map(output_line)``.
+
 Answers leave the pipeline through ``WriteToText`` into a scratch directory and are read
 back, so the check compares what the runner really wrote, on any runner. ``timing``, when
 given, receives ``seconds``: the run, without that read-back.
@@ -21,6 +26,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -32,11 +38,14 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window
 
+from bench.bids import bid_files, keep_bid, parse_bid, project_bid
 from bench.workloads import (
+    DIGESTED,
     ELEMENT_WISE,
     FILTER,
     GLOBAL_SUM,
     HOT_KEY_GROUP,
+    PARSE_FILTER_PROJECT,
     PROJECTION,
     WINDOW_SECONDS,
     EventSet,
@@ -72,9 +81,23 @@ def _count_and_sum(key_and_scores):
     return json.dumps([key, count, total])
 
 
-def build_workload(pipeline: beam.Pipeline, workload: str, event_set: EventSet, output: str):
-    """Add ``workload`` over ``event_set`` to ``pipeline``, writing its answer under ``output``."""
+def build_workload(pipeline: beam.Pipeline, workload: str, event_set: EventSet, output: str,
+                   inputs: Optional[str] = None):
+    """Add ``workload`` over ``event_set`` to ``pipeline``, writing its answer under ``output``
+    (``inputs``: the pattern of ``parse_filter_project``'s bid files)."""
     check_workload(workload)
+    if workload == PARSE_FILTER_PROJECT:
+        if inputs is None:
+            raise ValueError(f"{workload} reads files: give inputs (see bench.bids.bid_files)")
+        lines = (
+            pipeline
+            | "Read" >> beam.io.ReadFromText(inputs)
+            | "Parse" >> beam.Map(parse_bid)
+            | "Filter" >> beam.Filter(keep_bid)
+            | "Project" >> beam.Map(project_bid)
+            | "Format" >> beam.Map(output_line)
+        )
+        return lines | "Write" >> beam.io.WriteToText(output, file_name_suffix=".jsonl")
     events = (
         pipeline
         | "Shards" >> beam.Create(event_set.shards())
@@ -113,7 +136,7 @@ def build_workload(pipeline: beam.Pipeline, workload: str, event_set: EventSet, 
 
 def read_answer(workload: str, output: str) -> Any:
     """Read back what :func:`build_workload` wrote, in the form ``workloads`` defines."""
-    if workload in ELEMENT_WISE:
+    if workload in DIGESTED:
         return digest_files(f"{output}*.jsonl")
     records: List[Any] = []
     for path in sorted(glob.glob(f"{output}*.jsonl")):
@@ -144,14 +167,26 @@ def run_beam(
     options: Optional[List[str]] = None,
     scratch_dir: Optional[str] = None,
     timing: Optional[Dict[str, float]] = None,
+    inputs: Optional[str] = None,
 ) -> Any:
-    """Run ``workload`` on ``runner`` (a name or instance) with ``options``; return the answer."""
-    with tempfile.TemporaryDirectory(dir=scratch_dir, prefix="bench-beam-") as directory:
+    """Run ``workload`` on ``runner`` (a name or instance) with ``options``; return the answer.
+
+    ``inputs``: the pattern of the bid files of ``event_set`` for ``parse_filter_project``
+    (None: written here, into ``scratch_dir``, before the clock starts)."""
+    with tempfile.TemporaryDirectory(dir=scratch_dir, prefix="bench-beam-") as directory, \
+            _inputs(workload, event_set, inputs, directory) as inputs:
         output = os.path.join(directory, "answer")
         began = time.perf_counter()
         pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(options or []))
-        build_workload(pipeline, workload, event_set, output)
+        build_workload(pipeline, workload, event_set, output, inputs)
         pipeline.run().wait_until_finish()
         if timing is not None:
             timing["seconds"] = time.perf_counter() - began
         return read_answer(workload, output)
+
+
+def _inputs(workload: str, event_set: EventSet, inputs: Optional[str], scratch_dir: str) -> Any:
+    """A context giving the pattern of ``workload``'s input files (None: it reads none)."""
+    if workload != PARSE_FILTER_PROJECT:
+        return contextlib.nullcontext(None)
+    return bid_files(event_set, inputs, scratch_dir)

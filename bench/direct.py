@@ -29,11 +29,12 @@ from bench.workloads import EventSet
 PATCHING_MODULE = "runners.spark.fast_paths"
 
 
-def _run_in_this_process(workload: str, event_set: EventSet) -> Tuple[Any, float, float]:
+def _run_in_this_process(workload: str, event_set: EventSet,
+                         inputs: Optional[str] = None) -> Tuple[Any, float, float]:
     from bench.beam_jobs import run_beam
 
     timing: Dict[str, float] = {}
-    answer = run_beam(workload, event_set, "DirectRunner", timing=timing)
+    answer = run_beam(workload, event_set, "DirectRunner", timing=timing, inputs=inputs)
     if PATCHING_MODULE in sys.modules:
         raise RuntimeError(f"{PATCHING_MODULE} was imported in the DirectRunner's process: "
                            "its figures would not be Beam's own")
@@ -54,11 +55,13 @@ def _the_process() -> Any:
     return _process
 
 
-def run_direct_runner(workload: str, event_set: EventSet, timing: Dict[str, float]) -> Any:
+def run_direct_runner(workload: str, event_set: EventSet, timing: Dict[str, float],
+                      inputs: Optional[str] = None) -> Any:
     """The DirectRunner's answer to ``workload``, run in the DirectRunner's own process;
     ``timing`` receives ``seconds`` (the run, without the read-back) and ``peak_mib`` (that
-    process's peak RSS so far)."""
+    process's peak RSS so far). ``inputs``: the pattern of ``parse_filter_project``'s bid
+    files (None: that process writes them before its clock starts)."""
     answer, seconds, peak_mib = _the_process().apply(_run_in_this_process,
-                                                     (workload, event_set))
+                                                     (workload, event_set, inputs))
     timing.update(seconds=seconds, peak_mib=peak_mib)
     return answer

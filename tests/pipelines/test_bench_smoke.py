@@ -1,5 +1,6 @@
 """The benchmark's workloads give the same answers on hand-written PySpark, on Beam's
-DirectRunner and in a plain Python loop (answers only: timings belong to ``python -m bench``).
+DirectRunner and in a plain Python loop (answers only: timings belong to ``python -m bench``);
+``parse_filter_project``'s input files are written once per event set and removed at the end.
 
 The DirectRunner here is the benchmark's own comparison engine, not the runner under test,
 so it is named directly rather than taken from the ``make_pipeline`` fixture.
@@ -7,17 +8,21 @@ so it is named directly rather than taken from the ``make_pipeline`` fixture.
 
 from __future__ import annotations
 
+import glob
 import json
 
 import pytest
 
+import bench.bids
 from bench.__main__ import main as bench_main
 from bench.baselines import run_pyspark
 from bench.beam_jobs import run_beam
+from bench.bids import bid_lines, keep_bid, parse_bid
 from bench.report import format_table
 from bench.workloads import (
     GLOBAL_SUM,
     KEYED_WINDOWED_SUM,
+    PARSE_FILTER_PROJECT,
     TEAMS,
     WINDOW_SECONDS,
     WORKLOADS,
@@ -55,6 +60,15 @@ def test_events_are_reproducible_and_well_formed():
     assert len(first) == 2000
     assert {team for team, _, _ in first} <= set(TEAMS)
     assert all(1 <= score <= 100 and isinstance(event_time, int) for _, score, event_time in first)
+
+
+def test_bids_are_derived_from_the_events_and_about_one_in_eight_is_kept():
+    events = [event for shard in SMALL.shards() for event in generate_shard(*shard)]
+    bids = [parse_bid(line) for shard in SMALL.shards() for line in bid_lines(*shard)]
+
+    assert [(bid.channel, bid.date_time) for bid in bids] == [
+        (team, event_time) for team, _, event_time in events]
+    assert 1 / 10 < sum(map(keep_bid, bids)) / len(bids) < 1 / 6
 
 
 def test_reference_answer_windows_are_fixed_and_aligned():
@@ -109,3 +123,30 @@ def test_command_line_records_and_checks_every_run(spark_context, tmp_path, caps
         "pyspark/direct"]
     assert "hand-written PySpark" in capsys.readouterr().out
     assert "NO" in format_table([{**runs["direct"], "agrees": False}])
+
+
+@pytest.mark.spark
+def test_parse_filter_project_files_are_written_once_and_removed(spark_context, tmp_path,
+                                                                  monkeypatch):
+    written = []  # (events, pattern) of each event set written
+    real_write = bench.bids.write_bid_files
+
+    def write_bid_files(event_set, directory):
+        written.append((event_set.events, real_write(event_set, directory)))
+        return written[-1][1]
+
+    monkeypatch.setattr(bench.bids, "write_bid_files", write_bid_files)
+
+    status = bench_main(["--events", "600", "--warmup-events", "300",
+                         "--only", "pyspark,dataframe", "--workloads", PARSE_FILTER_PROJECT,
+                         "--results-dir", str(tmp_path)])
+
+    assert status == 0
+    # The warm-up's and the measured set's, once each though two engines read them; removed.
+    assert sorted(events for events, _ in written) == [300, 600]
+    assert not any(glob.glob(pattern) for _, pattern in written)
+    [results] = list(tmp_path.glob("*.jsonl"))
+    runs = [json.loads(line) for line in results.read_text().splitlines()]
+    assert {run["engine"] for run in runs if run.get("kind") != "ratio"} == {
+        "python", "pyspark", "dataframe"}
+    assert all(run["agrees"] for run in runs if run.get("kind") != "ratio")
