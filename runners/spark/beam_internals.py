@@ -451,6 +451,113 @@ def remove_job_log_handlers(log_queues: Any) -> None:
 # operation of the SDK harness, registered under a runner-private URN.
 from apache_beam.runners.common import NameContext  # noqa: E402
 from apache_beam.runners.worker import operation_specs, operations  # noqa: E402
-from apache_beam.runners.worker.bundle_processor import BeamTransformFactory  # noqa: E402
+from apache_beam.runners.worker.bundle_processor import (  # noqa: E402
+    BeamTransformFactory,
+    DataInputOperation,
+)
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN  # noqa: E402
 from apache_beam.utils.windowed_value import create as create_windowed_value  # noqa: E402
+
+
+# Chained simple steps (runners/spark/step_chains.py, runners/spark/chained_steps.py): what a
+# ParDo's DoFn asks of its runner, the shape of Beam's Map/Filter wrappers, and the pieces
+# of Beam's operations a chain reports through.
+from apache_beam.internal.util import ArgumentPlaceholder  # noqa: E402
+from apache_beam.metrics.execution import MetricsContainer  # noqa: E402
+from apache_beam.pvalue import TaggedOutput  # noqa: E402
+from apache_beam.runners.common import DoFnSignature  # noqa: E402
+from apache_beam.runners.worker.opcounters import OperationCounters  # noqa: E402
+from apache_beam.transforms import core as _core  # noqa: E402
+from apache_beam.transforms.window import TimestampedValue, WindowFn  # noqa: E402
+from apache_beam.utils.windowed_value import WindowedValue  # noqa: E402
+
+
+def dofn_data(payload: "beam_runner_api_pb2.ParDoPayload") -> "tuple[Any, ...]":
+    """A ParDo payload's ``(dofn, args, kwargs, side input tags and types, windowing)``, as
+    the SDK harness unpickles it (windowing may be None: the main input's applies)."""
+    return pickler.loads(
+        _core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data())
+
+
+#: What a DoFn's ``process`` may ask the runner for besides the element: instances of
+#: these (``DoFn.TimestampParam``, ``DoFn.StateParam(...)``, ...; also bundle and setup
+#: contexts, which are classes).
+_PROCESS_PARAMETER_TYPES = (_core._DoFnParam, _core._StateDoFnParam, _core._TimerDoFnParam,
+                            _core._BundleContextParam, type)
+
+
+def needs_more_than_the_element(dofn: Any) -> "str | None":
+    """Why a DoFn needs more of the runner than its ``process(element)`` being called and
+    its outputs handed on (None: it needs nothing more). Beam's own signature of the DoFn
+    decides: state, timers, splitting, batches, a parameter of ``process`` (timestamp,
+    window, pane, key, side input, ...), or bundle methods of its own."""
+    kind = type(dofn)
+    if kind.__module__.startswith("apache_beam.typehints") or "TypeCheck" in kind.__name__:
+        return "runtime type checking wraps it"
+    if getattr(dofn, "_runtime_output_constraints", None):
+        return "runtime type checking of its outputs"
+    signature = DoFnSignature(dofn)
+    if signature.is_stateful_dofn():
+        return "it has state or timers"
+    if signature.is_splittable_dofn():
+        return "it is splittable"
+    if dofn._process_batch_defined or getattr(
+            signature.process_method.method_value, "_beam_yields_batches", False):
+        return "it processes batches"
+    for default in signature.process_method.defaults:
+        if isinstance(default, _PROCESS_PARAMETER_TYPES):
+            return f"process asks for {default}"
+    if (signature.setup_lifecycle_method.defaults
+            or signature.teardown_lifecycle_method.defaults):
+        return "its setup or teardown asks for parameters"
+    for method in ("start_bundle", "finish_bundle"):
+        if getattr(kind, method) is not getattr(_core.DoFn, method):
+            return f"it defines {method}"
+    return None
+
+
+def _wrapper_code(transform: Any) -> Any:
+    return transform.fn._fn.__code__
+
+
+def _plain(element):
+    return element
+
+
+#: Beam's wrapper around a user's function, by the transform that makes it (one-argument
+#: functions, no extra arguments): the wrapper's code object, equal to that of every
+#: wrapper the transform makes (also once pickled and unpickled: code objects compare by
+#: their bytecode, constants, names and line numbers).
+_WRAPPERS = {
+    "Map": _wrapper_code(_core.Map(_plain)),
+    "Filter": _wrapper_code(_core.Filter(_plain)),
+    "MapTuple": _wrapper_code(_core.MapTuple(lambda key, value: key)),
+    "FlatMapTuple": _wrapper_code(_core.FlatMapTuple(lambda key, value: [key])),
+}
+
+
+def unwrapped_function(dofn: Any) -> "tuple[str, Any] | None":
+    """``(kind, the user's function)`` when ``dofn`` is Beam's wrapper for ``Map``,
+    ``Filter``, ``MapTuple`` or ``FlatMapTuple`` of a plain function; None for any other
+    DoFn (``FlatMap``'s function is the DoFn's ``process`` itself)."""
+    if type(dofn) is not _core.CallableWrapperDoFn:
+        return None
+    code = getattr(dofn._fn, "__code__", None)
+    for kind, wrapper_code in _WRAPPERS.items():
+        if code == wrapper_code and code.co_filename == wrapper_code.co_filename and (
+                "fn" in code.co_freevars):
+            return kind, dofn._fn.__closure__[code.co_freevars.index("fn")].cell_contents
+    return None
+
+
+def is_callable_wrapper(dofn: Any) -> bool:
+    """``Map``, ``FlatMap``, ``Filter`` and their kind: Beam does not check what their
+    function returns (a ``str`` returned is iterated: that is how a ``FlatMap`` yields its
+    characters)."""
+    return isinstance(dofn, _core.CallableWrapperDoFn)
+
+
+def process_is_generator(dofn: Any) -> bool:
+    import inspect
+
+    return inspect.isgeneratorfunction(DoFnSignature(dofn).process_method.method_value)

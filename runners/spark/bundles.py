@@ -25,7 +25,6 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from runners.spark.beam_internals import (
-    DATA_INPUT_URN,
     FNAPI_RUNNER_CAPABILITIES,
     BundleProcessor,
     GlobalCachingStateHandler,
@@ -38,6 +37,8 @@ from runners.spark.beam_internals import (
     take_finalization_callbacks,
 )
 from runners.spark.bundle_names import BundleNamer
+from runners.spark import chained_steps  # noqa: F401 - registers the chain's operation
+from runners.spark.decode_loop import STAGE_INPUT_URNS, use_decode_loop
 from runners.spark.components import SharedComponents, iter_encoded
 from runners.spark.errors import TaskFailure
 from runners.spark.metrics import pack
@@ -122,6 +123,7 @@ class StageProcessor:
         self.descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor_bytes)
         # WindowInto of the standard WindowFns runs natively: ~3x faster windowed stages.
         use_native_window_assignment(self.descriptor)
+        use_decode_loop(self.descriptor)
         self.channel = InMemoryDataChannel()
         self.state = _DelegatingState()
         self.caching_state = GlobalCachingStateHandler(StateCache(0), self.state)
@@ -180,13 +182,13 @@ class StageProcessor:
         transforms = self.descriptor.transforms
         wanted = transforms[application.transform_id].inputs[application.input_id]
         for transform_id, transform in transforms.items():
-            if transform.spec.urn == DATA_INPUT_URN and wanted in transform.outputs.values():
+            if transform.spec.urn in STAGE_INPUT_URNS and wanted in transform.outputs.values():
                 return transform_id
         for transform in transforms.values():  # the read is followed by a truncate step
             if wanted in transform.outputs.values():
                 upstream = next(iter(transform.inputs.values()))
                 for transform_id, candidate in transforms.items():
-                    if (candidate.spec.urn == DATA_INPUT_URN
+                    if (candidate.spec.urn in STAGE_INPUT_URNS
                             and upstream in candidate.outputs.values()):
                         return transform_id
         raise RuntimeError(f"no input of stage feeds residual of {application.transform_id!r}")

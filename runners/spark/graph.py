@@ -101,7 +101,8 @@ def fused_stage_graph(pipeline: Any, options: Optional[PipelineOptions] = None) 
     options = options or pipeline.options or PipelineOptions()
     proto = planning.pipeline_proto(pipeline, options)
     streaming = support.runs_in_streaming(proto, options)
-    plan = planning.plan(proto, streaming=streaming)
+    # Every Beam step as fusion made the stage, however its steps then run.
+    plan = planning.plan(proto, streaming=streaming, chain_steps=False)
     stages: List[Stage] = []
     producers: Dict[bytes, List[str]] = {}  # buffer -> nodes writing it
     consumers: Dict[bytes, List[Tuple[str, str]]] = {}  # buffer -> (node, style) reading it

@@ -9,6 +9,8 @@ other settings are ours:
 ``--spark_conf KEY=VALUE``   a Spark setting, repeatable (``--spark_conf spark.executor.memory=2g``)
 ``--spark_parallelism N``    partitions of every shuffle (default: Spark's default parallelism)
 ``--bundle_size N``          at most N elements per bundle (default: one bundle per partition)
+``--chain_simple_steps B``   run each run of element-only steps of a stage (Map, Filter, ...)
+                             as one loop (default true; see :mod:`runners.spark.step_chains`)
 
 Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
 
@@ -90,6 +92,18 @@ class SparkRunnerOptions(PipelineOptions):
             default=None,
             help="At most this many elements per bundle. Default: one bundle per partition "
             "(bundles cost a few milliseconds each; larger is faster).",
+        )
+        parser.add_argument(
+            "--chain_simple_steps",
+            type=_boolean,
+            default=True,
+            metavar="true|false",
+            help="Run each run of steps that need nothing but the element (Map, FlatMap, "
+            "Filter, MapTuple, ..., DoFns whose process takes only the element, WindowInto "
+            "of a standard non-merging WindowFn) inside a fused stage as one loop that calls "
+            "the functions directly, instead of one Beam operation per step. Same elements, "
+            "timestamps, windows, panes, errors and metrics. Default: true; false gives "
+            "every step Beam's own operation.",
         )
         parser.add_argument(
             "--batch_interval_seconds",

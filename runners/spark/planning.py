@@ -38,6 +38,7 @@ from runners.spark.beam_internals import (
     split_buffer_id,
     validate_pipeline_graph,
 )
+from runners.spark.step_chains import chain_simple_steps
 
 SDK_STAGE = "sdk"
 RESHUFFLE_STAGE = "reshuffle"
@@ -195,14 +196,15 @@ def stateful_par_do(transform) -> Optional[Tuple[beam_runner_api_pb2.ParDoPayloa
 
 
 def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
-         native_reshuffle: bool = True) -> ExecutionPlan:
+         native_reshuffle: bool = True, chain_steps: bool = True) -> ExecutionPlan:
     """Fuse the pipeline into stages and describe each for execution on Spark.
 
     In streaming, TestStream is executed by the runner (the micro-batch loop), not fused.
     ``native_reshuffle=False`` runs a Reshuffle as Beam expanded it (a GroupByKey between
     two Maps) instead of as a runner shuffle: before Beam 2.65 that expansion dropped pane
     info, and a pipeline pinned to such a version (``--update_compatibility_version``)
-    must get what that version gives.
+    must get what that version gives. ``chain_steps`` runs each run of element-only steps
+    of a stage as one loop (:mod:`~runners.spark.step_chains`).
     """
     runner_urns = RUNNER_URNS | (
         {common_urns.primitives.TEST_STREAM.urn} if streaming else set())
@@ -221,7 +223,7 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
 
         use_microsecond_timestamps(context.components, common_urns.coders.WINDOWED_VALUE.urn,
                                    common_urns.coders.TIMER.urn)
-    builder = _PlanBuilder(context)
+    builder = _PlanBuilder(context, chain_steps)
     specs = [builder.stage_spec(index, stage) for index, stage in enumerate(stages)]
     readers: Dict[bytes, int] = {}
     for spec in specs:
@@ -232,8 +234,9 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
 
 
 class _PlanBuilder:
-    def __init__(self, context) -> None:
+    def __init__(self, context, chain_steps: bool = True) -> None:
         self.context = context
+        self.chain_steps = chain_steps
         self.components = context.components
         self.groups: Dict[bytes, GroupSpec] = {}
         self._written: Dict[str, bytes] = {}  # DATA_OUTPUT transform -> buffer id
@@ -299,6 +302,8 @@ class _PlanBuilder:
             # Any URL: the in-memory data channel serves timers; without one, no timers flow.
             timer_api_service_descriptor={"url": "in-memory"},
         )
+        if self.chain_steps:
+            chain_simple_steps(descriptor)
         keyed = stage.is_stateful()
         key_coder_id = self._user_key_coder(transforms) if keyed else ""
         return StageSpec(

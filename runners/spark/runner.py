@@ -110,7 +110,8 @@ class SparkRunner(PipelineRunner):
                                                   retry_seconds=view.storage_retry_seconds)
                               if view.checkpoint_dir else None)
         plan = planning.plan(proto, streaming=streaming, native_reshuffle=not (
-            options.is_compat_version_prior_to(RESHUFFLE_KEEPS_PANES_SINCE)))
+            options.is_compat_version_prior_to(RESHUFFLE_KEEPS_PANES_SINCE)),
+            chain_steps=view.chain_simple_steps)
         backend = self.backend(options)
         if stage_dependencies:
             shipped = staging.stage_for_executors(backend, options)

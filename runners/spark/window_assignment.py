@@ -68,14 +68,19 @@ def use_native_window_assignment(descriptor: Any) -> int:
     non-merging WindowFn for the native operation; returns how many were swapped."""
     swapped = 0
     for transform in descriptor.transforms.values():
-        if transform.spec.urn != common_urns.primitives.ASSIGN_WINDOWS.urn:
-            continue
-        # The payload is a WindowIntoPayload; its window_fn field is WindowingStrategy's.
-        strategy = beam_runner_api_pb2.WindowingStrategy.FromString(transform.spec.payload)
-        if strategy.window_fn.urn in _NATIVE_WINDOW_FNS:
+        if assigns_natively(transform):
             transform.spec.urn = NATIVE_ASSIGN_WINDOWS_URN
             swapped += 1
     return swapped
+
+
+def assigns_natively(transform: Any) -> bool:
+    """Whether a transform is a ``WindowInto`` of a standard non-merging WindowFn."""
+    if transform.spec.urn != common_urns.primitives.ASSIGN_WINDOWS.urn:
+        return False
+    # The payload is a WindowIntoPayload; its window_fn field is WindowingStrategy's.
+    strategy = beam_runner_api_pb2.WindowingStrategy.FromString(transform.spec.payload)
+    return strategy.window_fn.urn in _NATIVE_WINDOW_FNS
 
 
 def windows_at_function(window_fn: Any) -> WindowsAt:

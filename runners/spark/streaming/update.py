@@ -43,6 +43,7 @@ from runners.spark.beam_internals import (
     split_buffer_id,
 )
 from runners.spark.planning import SDK_STAGE, TEST_STREAM_STAGE, ExecutionPlan, par_do_payload
+from runners.spark.step_chains import unchained_transforms
 
 GROUP_BY_KEY = "GroupByKey"
 STATEFUL_DO_FN = "stateful DoFn"
@@ -101,7 +102,7 @@ def pipeline_fingerprint(plan: ExecutionPlan) -> str:
             add(stage.descriptor)
         elif stage.kind == SDK_STAGE and stage.descriptor:
             descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
-            for name, transform in sorted(descriptor.transforms.items()):
+            for name, transform in sorted(unchained_transforms(descriptor).items()):
                 add(name, transform.spec.urn, sorted(transform.inputs.items()),
                     sorted(transform.outputs.items()))
                 if transform.spec.urn in PAR_DO_URNS:
@@ -181,7 +182,7 @@ class _Describer:
             return []
         found = []
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
-        for name, transform in sorted(descriptor.transforms.items()):
+        for name, transform in sorted(unchained_transforms(descriptor).items()):
             if transform.spec.urn == _SPLITTABLE_URN:
                 self.steps[name] = {"kind": SPLITTABLE_DO_FN}
                 found.append(name)
