@@ -37,6 +37,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
+from apache_beam.transforms.window import GlobalWindow, TimestampedValue
+
+from runners.spark.beam_internals import PANE_INFO_UNKNOWN, create_windowed_value
+
 #: Python allows 20 statically nested blocks; a chain's ``for`` loops and its ``try``
 #: must stay under that (planning ends a chain before; see step_chains.MAX_CHAIN_LOOPS).
 MAX_NESTED_LOOPS = 16
@@ -86,13 +90,18 @@ def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callab
     output, and the index of the step running now; and the chain's source.
 
     ``steps`` are the operation's steps (``kind``, ``function``, ``args``, ``kwargs``,
-    ``check_output``, ``resolve``, ``windows_at``, ``into_global`` as the kind needs);
+    ``check_output``, ``check_first_output``, ``resolve``, ``windows_at`` (None unless the
+    step's WindowFn is a standard one), ``into_global`` as the kind needs);
     ``counted[i]`` samples the sizes of step i's outputs (``sample(carrier, value, seen)``
     returns the count at which to sample next), for every step but the last; ``receive`` takes the chain's output elements.
     """
     code = ChainCode()
     code.bind("SPECIAL", special)
     code.bind("receive", receive)
+    code.bind("TimestampedValue", TimestampedValue)
+    code.bind("GlobalWindow", GlobalWindow)
+    code.bind("NO_PANE", PANE_INFO_UNKNOWN)
+    code.bind("create", create_windowed_value)
     carrier, value = "carrier", "value"
     for index, step in enumerate(steps):
         carrier, value = _write_step(code, index, step, carrier, value)
@@ -145,9 +154,23 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
     resolve = code.bind(f"resolve_{index}", step.resolve)
     code.line(f"{new_carrier} = {carrier}")
     code.line(f"if isinstance({out}, SPECIAL):")
-    code.line(f"    {new_carrier} = {resolve}({carrier}, {out})")
-    code.line(f"    if {new_carrier} is None:")
-    code.skip(depth=2)
+    if step.windows_at is not None:
+        # A value stamped with its event time, the common case, is resolved here (what
+        # resolve does for it, without its call).
+        windows_at = code.bind(f"windows_at_{index}", step.windows_at)
+        code.line(f"    if type({out}) is TimestampedValue:")
+        code.line(f"        micros = {out}.timestamp.micros")
+        code.line(f"        {new_carrier} = create({out}.value, micros, {windows_at}(micros))")
+        code.line(f"        if len({carrier}.windows) != 1:")
+        code.line(f"            {new_carrier}.windows *= len({carrier}.windows)")
+        code.line("    else:")
+        code.line(f"        {new_carrier} = {resolve}({carrier}, {out})")
+        code.line(f"        if {new_carrier} is None:")
+        code.skip(depth=3)
+    else:
+        code.line(f"    {new_carrier} = {resolve}({carrier}, {out})")
+        code.line(f"    if {new_carrier} is None:")
+        code.skip(depth=2)
     code.line(f"    {out} = {new_carrier}.value")
     return new_carrier, out
 
@@ -158,15 +181,20 @@ def _write_windows(code: ChainCode, index: int, step: Any, carrier: str,
     carrier holding the windows of its timestamp and no pane; into the global window, an
     element alone in the global window with no pane goes on as it is."""
     windows_at = code.bind(f"windows_at_{index}", step.windows_at)
-    unchanged = code.bind(f"unchanged_{index}", step.unchanged)
-    create = code.bind("create", step.create)
     carriers = f"carriers_{index}"
-    code.line(f"if {unchanged}({carrier}):")
-    code.line(f"    {carriers} = ({carrier},)")
-    code.line("else:")
-    code.line(f"    micros = {carrier}.timestamp_micros")
-    code.line(f"    {carriers} = [{create}({value}, micros, {windows_at}(micros)) "
-              f"for _ in {carrier}.windows]")
+    if step.into_global:
+        code.line(f"windows = {carrier}.windows")
+        code.line("if (len(windows) == 1 and type(windows[0]) is GlobalWindow")
+        code.line(f"        and {carrier}.pane_info == NO_PANE):")
+        code.line(f"    {carriers} = ({carrier},)")
+        code.line("else:")
+        code.line(f"    micros = {carrier}.timestamp_micros")
+        code.line(f"    {carriers} = [create({value}, micros, {windows_at}(micros)) "
+                  f"for _ in windows]")
+    else:
+        code.line(f"micros = {carrier}.timestamp_micros")
+        code.line(f"{carriers} = [create({value}, micros, {windows_at}(micros)) "
+                  f"for _ in {carrier}.windows]")
     new_carrier = f"carrier_{index}"
     code.open_loop(index, f"for {new_carrier} in {carriers}:")
     return new_carrier, value

@@ -37,13 +37,11 @@ from typing import Any, Callable, Dict, List, Optional
 from apache_beam.transforms.core import Windowing
 from apache_beam.transforms.window import (
     FixedWindows,
-    GlobalWindow,
     GlobalWindows,
     SlidingWindows,
 )
 
 from runners.spark.beam_internals import (
-    PANE_INFO_UNKNOWN,
     DistributionData,
     BeamTransformFactory,
     MetricsContainer,
@@ -145,9 +143,7 @@ class _Step:
                 factory.context)
             self.kind = "windows"
             self.windows_at = windows_at_function(windowing.windowfn)
-            self.create = create_windowed_value
-            self.unchanged = _unchanged_into_global if type(
-                windowing.windowfn) is GlobalWindows else _never
+            self.into_global = type(windowing.windowfn) is GlobalWindows
 
     def _par_do(self, factory: Any, transform: Any) -> None:
         payload = proto_utils.parse_Bytes(transform.spec.payload,
@@ -198,18 +194,6 @@ class _Step:
         if tag is not None and tag != self.output_tag:
             return None
         return element
-
-
-def _unchanged_into_global(carrier: Any) -> bool:
-    """Into the global window, an element alone in it with no pane is what the assignment
-    would give (what every source and ParDo emits before a ``WriteToText``)."""
-    windows = carrier.windows
-    return (len(windows) == 1 and type(windows[0]) is GlobalWindow
-            and carrier.pane_info == PANE_INFO_UNKNOWN)
-
-
-def _never(carrier: Any) -> bool:
-    return False
 
 
 class ChainedStepsOperation(operations.Operation):

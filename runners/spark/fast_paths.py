@@ -65,12 +65,17 @@ def _timestamps_in_whole_microseconds() -> None:
         else:
             original_init(self, seconds, subseconds, precision, micros=micros)
 
+    new = object.__new__
+
     def of(seconds):
         kind = type(seconds)
         if kind is timestamp_class:
             return seconds
-        if kind is int:
-            return timestamp_class(seconds)
+        if kind is int:  # what __init__ makes of whole seconds, without its call
+            made = new(timestamp_class)
+            made._precision = 6
+            made._seconds, made._subseconds = seconds, 0
+            return made
         return original_of(seconds)
 
     def micros(self) -> int:
