@@ -561,3 +561,14 @@ def process_is_generator(dofn: Any) -> bool:
     import inspect
 
     return inspect.isgeneratorfunction(DoFnSignature(dofn).process_method.method_value)
+
+
+def combine_key_limit(combine_fn: Any) -> int:
+    """How many keys Beam's precombine (``PGBKCVOperation``) holds before it flushes:
+    more for the combiners whose accumulators are small."""
+    from apache_beam.transforms import combiners
+
+    small = isinstance(combine_fn, (combiners.CountCombineFn, combiners.MeanCombineFn)) or (
+        isinstance(combine_fn, _core.CallableWrapperCombineFn)
+        and combine_fn._fn in (min, max, sum))
+    return 1000 * 1000 if small else 100 * 1000

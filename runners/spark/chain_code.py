@@ -41,9 +41,8 @@ from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 
 from runners.spark.beam_internals import PANE_INFO_UNKNOWN, create_windowed_value
 
-#: Python allows 20 statically nested blocks; a chain's ``for`` loops and its ``try``
-#: must stay under that (planning ends a chain before; see step_chains.MAX_CHAIN_LOOPS).
-MAX_NESTED_LOOPS = 16
+# Python allows 20 statically nested blocks: a chain's ``for`` loops and its ``try`` stay
+# under that (planning chains at most step_chains.MAX_CHAIN_STEPS steps).
 
 
 class ChainCode:
@@ -103,7 +102,8 @@ def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callab
     code.bind("NO_PANE", PANE_INFO_UNKNOWN)
     code.bind("create", create_windowed_value)
     carrier, value = "carrier", "value"
-    for index, step in enumerate(steps):
+    precombine = steps[-1].kind == "precombine"
+    for index, step in enumerate(steps[:-1] if precombine else steps):
         carrier, value = _write_step(code, index, step, carrier, value)
         if index < len(counted):
             sizes = code.bind(f"sizes_{index}", counted[index])
@@ -111,8 +111,14 @@ def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callab
             code.line(f"seen_{index} += 1")
             code.line(f"if seen_{index} >= next_{index}:")
             code.line(f"    next_{index} = {sizes}.sample({carrier}, {value}, seen_{index})")
-    code.line(f"receive({carrier} if {value} is {carrier}.value "
-              f"else {carrier}.with_value({value}))")
+    if precombine:  # the chain's outputs are the precombine's flushes
+        last = len(steps) - 1
+        add = code.bind(f"add_{last}", steps[-1].combiner.adder(receive))
+        code.line(f"current = {last}")
+        code.line(f"{add}({carrier}, {value})")
+    else:
+        code.line(f"receive({carrier} if {value} is {carrier}.value "
+                  f"else {carrier}.with_value({value}))")
     code.close_loops()
     return _compile(code, raise_with_step)
 
@@ -191,6 +197,20 @@ def _write_windows(code: ChainCode, index: int, step: Any, carrier: str,
         code.line(f"    micros = {carrier}.timestamp_micros")
         code.line(f"    {carriers} = [create({value}, micros, {windows_at}(micros)) "
                   f"for _ in windows]")
+    elif step.fixed is not None:  # FixedWindows, the assignment written out
+        size, offset, cache, make = step.fixed
+        cache = code.bind(f"window_cache_{index}", cache)
+        make = code.bind(f"make_window_{index}", make)
+        code.line(f"micros = {carrier}.timestamp_micros")
+        code.line(f"start = micros - (micros - {offset}) % {size}")
+        code.line(f"window = {cache}.get(start)")
+        code.line("if window is None:")
+        code.line(f"    window = {make}(start)")
+        code.line(f"if len({carrier}.windows) == 1:")
+        code.line(f"    {carriers} = (create({value}, micros, [window]),)")
+        code.line("else:")
+        code.line(f"    {carriers} = [create({value}, micros, [window]) "
+                  f"for _ in {carrier}.windows]")
     else:
         code.line(f"micros = {carrier}.timestamp_micros")
         code.line(f"{carriers} = [create({value}, micros, {windows_at}(micros)) "

@@ -34,7 +34,7 @@ import random
 import traceback
 from typing import Any, Callable, Dict, List, Optional
 
-from apache_beam.transforms.core import Windowing
+from apache_beam.transforms.core import CombineFn, Windowing
 from apache_beam.transforms.window import (
     FixedWindows,
     GlobalWindows,
@@ -63,8 +63,9 @@ from runners.spark.beam_internals import (
     unwrapped_function,
 )
 from runners.spark.chain_code import chain_function
-from runners.spark.step_chains import CHAINED_STEPS_URN, chain_order
-from runners.spark.window_assignment import windows_at_function
+from runners.spark.chained_precombine import ChainedPrecombine
+from runners.spark.step_chains import CHAINED_STEPS_URN, PRECOMBINE_URN, chain_order
+from runners.spark.window_assignment import fixed_windows_parts, windows_at_function
 
 _LOGGER = logging.getLogger(__name__)
 PAR_DO_URN = common_urns.primitives.PAR_DO.urn
@@ -137,6 +138,13 @@ class _Step:
         self.dofn: Any = None
         if transform.spec.urn == PAR_DO_URN:
             self._par_do(factory, transform)
+        elif transform.spec.urn == PRECOMBINE_URN:
+            payload = proto_utils.parse_Bytes(transform.spec.payload,
+                                              beam_runner_api_pb2.CombinePayload)
+            self.kind = "precombine"
+            self.combine_fn = CombineFn.from_runner_api(payload.combine_fn, factory.context)
+            self.combiner = ChainedPrecombine(self.combine_fn,
+                                              factory.get_input_windowing(transform))
         else:  # a WindowInto (step_chains chains no other kind)
             windowing = Windowing.from_runner_api(
                 beam_runner_api_pb2.WindowingStrategy.FromString(transform.spec.payload),
@@ -144,6 +152,7 @@ class _Step:
             self.kind = "windows"
             self.windows_at = windows_at_function(windowing.windowfn)
             self.into_global = type(windowing.windowfn) is GlobalWindows
+            self.fixed = fixed_windows_parts(windowing.windowfn)
 
     def _par_do(self, factory: Any, transform: Any) -> None:
         payload = proto_utils.parse_Bytes(transform.spec.payload,
@@ -219,9 +228,16 @@ class ChainedStepsOperation(operations.Operation):
         for step in self.steps:
             if step.dofn is not None:
                 self._lifecycle(step, step.dofn.setup)
+            elif step.kind == "precombine":
+                step.combine_fn.setup()
 
     def _raise_with_step(self, error: BaseException, index: int) -> None:
-        if getattr(error, "_tagged_with_step", False):
+        """Name the step as Beam does: the nearest ParDo at or before the one that raised
+        (a WindowInto and a precombine are not DoFns of Beam's: their errors are named by
+        the DoFn that handed them the element)."""
+        while index >= 0 and self.steps[index].kind in ("windows", "precombine"):
+            index -= 1
+        if index < 0 or getattr(error, "_tagged_with_step", False):
             raise error
         raise with_step_name(error, self.steps[index].name)
 
@@ -238,6 +254,10 @@ class ChainedStepsOperation(operations.Operation):
             self.chain(windowed_value, windowed_value.value)
 
     def finish(self) -> None:
+        last = self.steps[-1]
+        if last.kind == "precombine":
+            with self.scoped_finish_state:
+                last.combiner.flush(self.receivers[0].receive)
         self._flush_counts()
         super().finish()
 
@@ -245,6 +265,8 @@ class ChainedStepsOperation(operations.Operation):
         for step in self.steps:
             if step.dofn is not None:
                 self._lifecycle(step, step.dofn.teardown)
+            elif step.kind == "precombine":
+                step.combine_fn.teardown()
 
     def reset(self) -> None:
         super().reset()

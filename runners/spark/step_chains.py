@@ -55,6 +55,11 @@ from runners.spark.window_assignment import assigns_natively
 #: ``Components`` holding the chained transforms as they were.
 CHAINED_STEPS_URN = "beam:transform:spark_runner:chained_steps:v1"
 
+#: A chain's steps at most (Python allows 20 nested blocks in a function; each step that
+#: can output several values is a loop of the chain's function).
+MAX_CHAIN_STEPS = 16
+PRECOMBINE_URN = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
+
 _LOGGER = logging.getLogger(__name__)
 _PAR_DO = common_urns.primitives.PAR_DO.urn
 
@@ -95,8 +100,8 @@ def chain_simple_steps(descriptor: Any) -> List[List[str]]:
     """Replace, in a ``ProcessBundleDescriptor``, every run of chainable steps (each one's
     only output read by the next step only) by one :data:`CHAINED_STEPS_URN` transform.
 
-    The chain keeps its first step's id and name, its first step's input and its last
-    step's outputs; the intermediate PCollections stay in the descriptor (their coders
+    A chain may end with the precombine of a lifted ``CombinePerKey``. The chain keeps
+    its first step's id and name, its first step's input and its last step's outputs; the intermediate PCollections stay in the descriptor (their coders
     size the elements the chain counts into them). Returns the chains, as lists of step
     ids in order; a lone ``WindowInto`` is left as it is (nothing to chain it with).
     """
@@ -121,13 +126,26 @@ def chain_simple_steps(descriptor: Any) -> List[List[str]]:
     chains = []
     for first in sorted(chainable - set(following.values())):
         chain = [first]
-        while chain[-1] in following:
+        while chain[-1] in following and len(chain) < MAX_CHAIN_STEPS:
             chain.append(following[chain[-1]])
+        next_ids = readers.get(_only(transforms[chain[-1]].outputs), [])
+        if len(next_ids) == 1 and _absorbs_precombine(descriptor, transforms[next_ids[0]]):
+            chain.append(next_ids[0])
         if len(chain) == 1 and assigns_natively(transforms[first]):
             continue
         chains.append(chain)
         _replace(descriptor, chain)
     return chains
+
+
+def _absorbs_precombine(descriptor: Any, transform: Any) -> bool:
+    """A lifted combine's precombine whose outputs are at the end of their window (or in
+    the global window): it can end a chain (:mod:`runners.spark.chained_precombine`)."""
+    if transform.spec.urn != PRECOMBINE_URN:
+        return False
+    pcollection = descriptor.pcollections[_only(transform.inputs)]
+    strategy = descriptor.windowing_strategies[pcollection.windowing_strategy_id]
+    return strategy.output_time == beam_runner_api_pb2.OutputTime.Enum.END_OF_WINDOW
 
 
 def _only(mapping: Any) -> str:

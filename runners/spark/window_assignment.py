@@ -25,7 +25,7 @@ Beam's generic path.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from apache_beam.transforms.core import Windowing
 from apache_beam.transforms.window import (
@@ -102,6 +102,23 @@ def windows_at_function(window_fn: Any) -> WindowsAt:
     raise TypeError(f"no native window assignment for {window_fn!r}")
 
 
+def fixed_windows_parts(window_fn: Any) -> Optional[Tuple[int, int, Dict[int, Any], Any]]:
+    """For ``FixedWindows``: its size and offset in microseconds, a cache of its windows by
+    start, and the function that makes (and caches) the window starting at a time; None
+    for any other WindowFn. For code that inlines the assignment (a chain of steps).
+
+    >>> size, offset, cache, window = fixed_windows_parts(FixedWindows(60))
+    >>> start = 90 * 10**6 - (90 * 10**6 - offset) % size
+    >>> window(start) is cache[start], window(start) == IntervalWindow(60, 120)
+    (True, True)
+    """
+    if type(window_fn) is not FixedWindows:
+        return None
+    size = window_fn.size.micros
+    window = _window_cache(size)
+    return size, window_fn.offset.micros, window.cache, window
+
+
 def _window_cache(size: int) -> Callable[[int], Any]:
     cache: Dict[int, Any] = {}
 
@@ -114,6 +131,7 @@ def _window_cache(size: int) -> Callable[[int], Any]:
                 Timestamp(micros=start), Timestamp(micros=start + size))
         return found
 
+    window.cache = cache
     return window
 
 
