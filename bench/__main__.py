@@ -102,6 +102,9 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--parallelism", type=int, default=2, help="Spark partitions (2)")
     parser.add_argument("--bundle-size", type=int, default=None,
                         help="passed to the SparkRunner as --bundle_size")
+    parser.add_argument("--no-chains", action="store_true",
+                        help="run the SparkRunner with --chain_simple_steps=false: every step "
+                             "as Beam's own operation (what chaining saves, in one run)")
     parser.add_argument("--warmup-events", type=_count, default=20_000,
                         help="events of the unmeasured warm-up run per engine (0: none)")
     parser.add_argument("--repeat", type=_positive, default=1,
@@ -195,6 +198,8 @@ class Engines:
         options = [f"--spark_parallelism={self.arguments.parallelism}"]
         if self.arguments.bundle_size:
             options.append(f"--bundle_size={self.arguments.bundle_size}")
+        if self.arguments.no_chains:
+            options.append("--chain_simple_steps=false")
         if engine == "connect":
             return run_beam(workload, event_set, self.spark_runner_class(self.connect_session),
                             options, timing=timing, inputs=inputs)
@@ -278,6 +283,7 @@ def _run(arguments: argparse.Namespace, engines: Engines, run_id: str, results_p
     context = {"run_id": run_id, "master": arguments.master, "parallelism": arguments.parallelism,
                "seed": arguments.seed, "shards": arguments.shards,
                "warmup_events": arguments.warmup_events, "cpus": os.cpu_count(),
+               "chained_steps": not arguments.no_chains,
                "python": platform.python_version()}
 
     failures: List[str] = []

@@ -220,10 +220,10 @@ class ChainedStepsOperation(operations.Operation):
         self.chain, (self._counts, self._running), self.source = chain_function(
             self.steps, self.sizes, self.receivers[0].receive, _SPECIAL_RESULTS,
             self._raise_with_step)
-        routing = _RoutingMetrics(self.name_context.metrics_name(),
-                                  [step.metrics for step in self.steps], self._running)
+        self._routing = _RoutingMetrics(self.name_context.metrics_name(),
+                                        [step.metrics for step in self.steps], self._running)
         self._chain_state = self.state_sampler.scoped_state(
-            self.name_context, "process-chained", metrics_container=routing)
+            self.name_context, "process-chained", metrics_container=self._routing)
         self._flushed = [0] * len(self.sizes)
         for step in self.steps:
             if step.dofn is not None:
@@ -235,11 +235,15 @@ class ChainedStepsOperation(operations.Operation):
         """Name the step as Beam does: the nearest ParDo at or before the one that raised
         (a WindowInto and a precombine are not DoFns of Beam's: their errors are named by
         the DoFn that handed them the element)."""
-        while index >= 0 and self.steps[index].kind in ("windows", "precombine"):
-            index -= 1
-        if index < 0 or getattr(error, "_tagged_with_step", False):
+        index = self._nearest_par_do(index)
+        if index is None or getattr(error, "_tagged_with_step", False):
             raise error
         raise with_step_name(error, self.steps[index].name)
+
+    def _nearest_par_do(self, index: int) -> Optional[int]:
+        while index >= 0 and self.steps[index].kind in ("windows", "precombine"):
+            index -= 1
+        return index if index >= 0 else None
 
     def _lifecycle(self, step: _Step, method: Callable[[], Any]) -> None:
         try:
@@ -256,8 +260,14 @@ class ChainedStepsOperation(operations.Operation):
     def finish(self) -> None:
         last = self.steps[-1]
         if last.kind == "precombine":
-            with self.scoped_finish_state:
-                last.combiner.flush(self.receivers[0].receive)
+            # The flush's metrics (a CombineFn's compact) count where Beam counts them: in
+            # the DoFn that handed the precombine its elements.
+            self._routing.pinned = self._nearest_par_do(len(self.steps) - 1) or 0
+            try:
+                with self._chain_state:
+                    last.combiner.flush(self.receivers[0].receive)
+            finally:
+                self._routing.pinned = None
         self._flush_counts()
         super().finish()
 
@@ -319,9 +329,11 @@ class _RoutingMetrics(MetricsContainer):
         super().__init__(step_name)
         self._containers = containers
         self._running = running
+        self.pinned: Optional[int] = None  # a step that reports whatever runs
 
     def get_metric_cell(self, typed_metric_name):
-        return self._containers[self._running()].get_metric_cell(typed_metric_name)
+        index = self._running() if self.pinned is None else self.pinned
+        return self._containers[index].get_metric_cell(typed_metric_name)
 
 
 @BeamTransformFactory.register_urn(CHAINED_STEPS_URN, beam_runner_api_pb2.Components)
@@ -336,9 +348,12 @@ def _create_chained_steps(factory, transform_id, transform_proto, steps_payload,
     )
     operation.steps = steps
     operation.sizes = [
+        # A suffix of its own: the factory hands out one counter per name, and the chain's
+        # own receiver is counted as "<first step>-out0".
         _Sizes(operations.opcounters.OperationCounters(
             factory.counter_factory, step.unique_name,
-            factory.get_windowed_coder(next(iter(step.outputs.values()))), 0))
+            factory.get_windowed_coder(next(iter(step.outputs.values()))), 0,
+            suffix="chained-out"))
         for step in ordered[:-1]
     ]
     return factory.augment_oldstyle_op(operation, transform_proto.unique_name, consumers)

@@ -124,10 +124,14 @@ def chain_simple_steps(descriptor: Any) -> List[List[str]]:
         if len(next_ids) == 1 and next_ids[0] in chainable:
             following[transform_id] = next_ids[0]
     chains = []
-    for first in sorted(chainable - set(following.values())):
+    starts = sorted(chainable - set(following.values()))
+    while starts:
+        first = starts.pop(0)
         chain = [first]
         while chain[-1] in following and len(chain) < MAX_CHAIN_STEPS:
             chain.append(following[chain[-1]])
+        if chain[-1] in following:  # cut: the rest of the run is a chain of its own
+            starts.append(following[chain[-1]])
         next_ids = readers.get(_only(transforms[chain[-1]].outputs), [])
         if len(next_ids) == 1 and _absorbs_precombine(descriptor, transforms[next_ids[0]]):
             chain.append(next_ids[0])
