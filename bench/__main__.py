@@ -56,8 +56,8 @@ from bench.workloads import (
     WORKLOADS,
     EventSet,
     describe_difference,
-    reference_answer,
 )
+from bench.answers import reference_answer
 
 ENGINES = ("pyspark", "dataframe", "spark", "connect", "direct")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

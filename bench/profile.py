@@ -38,8 +38,8 @@ from bench.workloads import (
     WORKLOADS,
     EventSet,
     describe_difference,
-    reference_answer,
 )
+from bench.answers import reference_answer
 
 #: (category, the files of its functions, the fragments of a compiled function's name).
 #: PySpark's profiles name files by their base name only, so a file is known by its base

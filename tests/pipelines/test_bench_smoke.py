@@ -29,8 +29,8 @@ from bench.workloads import (
     EventSet,
     describe_difference,
     generate_shard,
-    reference_answer,
 )
+from bench.answers import reference_answer
 
 SMALL = EventSet(events=2000, seed=7, shard_count=4)
 
