@@ -356,8 +356,11 @@ class _PlanBuilder:
         such values as opaque bytes."""
         input_id = next(next(iter(t.outputs.values())) for t in transforms
                         if t.spec.urn == DATA_INPUT_URN)
-        output_id = next(next(iter(t.inputs.values())) for t in transforms
-                         if t.spec.urn == DATA_OUTPUT_URN)
+        output_id = next((next(iter(t.inputs.values())) for t in transforms
+                          if t.spec.urn == DATA_OUTPUT_URN), None)
+        if output_id is None:  # nothing reads what it shuffles
+            return StageSpec(index, name, RESHUFFLE_STAGE, tuple(inputs), (),
+                             output_coder_id=inputs[0].coder_id)
         output_coder = self.safe_coder(output_id)
         if output_coder != inputs[0].coder_id:
             inputs = [dataclasses.replace(inputs[0], coder_id=self.data_coder(input_id))]

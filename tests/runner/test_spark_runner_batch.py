@@ -308,3 +308,12 @@ def test_empty_input(make_pipeline):
         total = p | "Empty" >> beam.Create([]) | beam.CombineGlobally(sum)
         assert_that(grouped, equal_to([]), label="grouped")
         assert_that(total, equal_to([0]), label="total")
+
+
+def test_a_pipeline_may_end_in_a_reshuffle(make_pipeline):
+    """Nothing reads the Reshuffle's output: its stage writes nothing (planning used to
+    stop with StopIteration looking for the stage's output)."""
+    with make_pipeline() as p:
+        numbers = p | beam.Create([1, 2, 3])
+        numbers | "Unread" >> beam.Reshuffle()
+        assert_that(numbers | beam.Map(lambda x: x * 2), equal_to([2, 4, 6]))
