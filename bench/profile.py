@@ -60,6 +60,9 @@ CATEGORIES: Tuple[Tuple[str, Tuple[str, ...], Tuple[str, ...]], ...] = (
     ("PySpark worker, serializers", ("pyspark/",), ("pyspark.",)),
 )
 OTHER = "pickle, builtins, other"
+RUNNER = "the runner"
+#: The file name of the functions the runner writes for chains of steps.
+CHAIN_FILENAME = "<chained steps>"
 #: bench/workloads.py holds the generator and the element-wise workloads' own functions
 #: (``project``, ``keep``, ``output_line``): only these of its functions are generation.
 GENERATION_FUNCTIONS = ("generate_shard",)
@@ -97,7 +100,11 @@ def categorize(filename: str, name: str) -> str:
     'Beam SDK operations'
     >>> categorize("workloads.py", "generate_shard"), categorize("workloads.py", "output_line")
     ('event generation', "the workload's functions")
+    >>> categorize("<chained steps>", "chain")
+    'the runner'
     """
+    if filename == CHAIN_FILENAME:  # compiled by runners/spark/chain_code.py
+        return RUNNER
     if filename != "~":
         category = _categories_by_file().get(os.path.basename(filename), OTHER)
         if category == CATEGORIES[0][0] and name not in GENERATION_FUNCTIONS:
