@@ -116,6 +116,17 @@ EXTENDED: Dict[str, str] = {
     "_joins_a_connect_server": "a worker joining a keyed job through a Connect server of the "
         "cluster (150 s with the server's start): the core suite joins one on classic Spark, "
         "and unit-tests the choice of partitions both backends share",
+    "runner/test_spark_ui_names.py::": "Beam's step names read back from the event log of a "
+        "run in a driver of its own (25 s): the core suite runs the names' documented "
+        "examples (spark_names, bundle_names)",
+    "pipelines/test_bench_smoke.py::test_parse_filter_project_files_are_written_once_and"
+    "_removed": "the benchmark's bid files written once and removed, through its command "
+        "line (12 s): the core suite checks the workload's answer on RDDs and the "
+        "DirectRunner",
+    "job_server/test_job_server_artifacts.py::test_the_main_session_of_the_submitting_script":
+        "a submitting script's main session through the job server (15 s): the core suite "
+        "ships a script's main session to a Connect server, and staged packages through "
+        "the job server",
 }
 
 #: Node-id prefixes of tests whose Spark Connect runs are outside the core suite, and why.
@@ -129,6 +140,10 @@ CONNECT_EXTENDED: Dict[str, str] = {
     "kafka/test_kafka_read.py::": "the Kafka reader's bounded reads and record metadata again "
         "on Connect (~65 s): the connector's code is the same on both backends, and the core "
         "suite runs team_scores on Kafka on Connect",
+    "kafka/test_kafka_recovery.py::test_a_job_that_fails_and_is_rerun_with_the_same_group":
+        "a failed Kafka job rerun with its consumer group again on Connect (~30 s): the "
+        "group's offsets are committed by the same connector code on both backends, and the "
+        "core suite runs it on classic Spark",
 }
 
 #: Node-id prefixes of the tests that kill or restart a process (marker ``faults``).
