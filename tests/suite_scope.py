@@ -136,10 +136,13 @@ CONNECT_EXTENDED: Dict[str, str] = {
         "the core suite runs it on classic",
     "kafka/test_kafka_event_time.py::": "the Kafka reader's event-time policies again on "
         "Connect (~50 s): the connector's code is the same on both backends, and the core "
-        "suite reads, writes and runs team_scores on Kafka on Connect",
+        "suite writes keyed records to Kafka and reads them back on Connect",
     "kafka/test_kafka_read.py::": "the Kafka reader's bounded reads and record metadata again "
         "on Connect (~65 s): the connector's code is the same on both backends, and the core "
-        "suite runs team_scores on Kafka on Connect",
+        "suite writes keyed records to Kafka and reads them back on Connect",
+    "kafka/test_team_scores_kafka.py::": "team_scores on Kafka again on Connect (20 s): the "
+        "core suite runs it on classic Spark, every model test on Connect, and writes and "
+        "reads Kafka on Connect",
     "kafka/test_kafka_recovery.py::test_a_job_that_fails_and_is_rerun_with_the_same_group":
         "a failed Kafka job rerun with its consumer group again on Connect (~30 s): the "
         "group's offsets are committed by the same connector code on both backends, and the "
