@@ -100,10 +100,12 @@ def chain_simple_steps(descriptor: Any) -> List[List[str]]:
     """Replace, in a ``ProcessBundleDescriptor``, every run of chainable steps (each one's
     only output read by the next step only) by one :data:`CHAINED_STEPS_URN` transform.
 
-    A chain may end with the precombine of a lifted ``CombinePerKey``. The chain keeps
-    its first step's id and name, its first step's input and its last step's outputs; the intermediate PCollections stay in the descriptor (their coders
-    size the elements the chain counts into them). Returns the chains, as lists of step
-    ids in order; a lone ``WindowInto`` is left as it is (nothing to chain it with).
+    A chain may end with the precombine of a lifted ``CombinePerKey``, and holds at most
+    :data:`MAX_CHAIN_STEPS` steps (a longer run goes on in the next chain). The chain keeps
+    its first step's id and name, its first step's input and its last step's outputs; the
+    intermediate PCollections stay in the descriptor (their coders size the elements the
+    chain counts into them). Returns the chains, as lists of step ids in order; a lone
+    ``WindowInto`` is left as it is (nothing to chain it with).
     """
     transforms = descriptor.transforms
     readers: Dict[str, List[str]] = defaultdict(list)
