@@ -84,7 +84,8 @@ class ChainCode:
 
 
 def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callable,
-                   special: Tuple[type, ...], raise_with_step: Callable) -> Tuple[Callable, Any, str]:
+                   special: Tuple[type, ...],
+                   raise_with_step: Callable) -> Tuple[Callable, Any, str]:
     """The chain's function ``chain(carrier, value)``, the pair of functions
     ``(counts(), running())``: the elements counted so far into each counted step's
     output, and the index of the step running now; and the chain's source.
@@ -93,7 +94,8 @@ def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callab
     ``check_output``, ``check_first_output``, ``resolve``, ``windows_at`` (None unless the
     step's WindowFn is a standard one), ``into_global`` as the kind needs);
     ``counted[i]`` samples the sizes of step i's outputs (``sample(carrier, value, seen)``
-    returns the count at which to sample next), for every step but the last; ``receive`` takes the chain's output elements.
+    returns the count at which to sample next), for every step but the last; ``receive``
+    takes the chain's output elements (a last precombine step's ``combiner`` flushes to it).
     """
     code = ChainCode()
     code.bind("SPECIAL", special)
