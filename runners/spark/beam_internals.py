@@ -139,12 +139,8 @@ def create_unmerged_trigger_driver(windowing: Any, clock: Any) -> Any:
 
 def unpickle_dofn(payload: "beam_runner_api_pb2.ParDoPayload") -> Any:
     """The user's DoFn object of a ParDo payload (as ``ParDo.from_runner_api_parameter``
-    unpickles it)."""
-    from apache_beam.transforms.core import DoFnInfo
-
-    fn, _, _, _, _ = pickler.loads(
-        DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data())
-    return fn
+    unpickles it; defined with :func:`dofn_data`, below)."""
+    return dofn_data(payload)[0]
 
 
 def user_state_cells(servicer: StateServicer) -> "dict[bytes, list[bytes]]":

@@ -51,7 +51,6 @@ from runners.spark.beam_internals import (
     WindowedValue,
     WindowFn,
     beam_runner_api_pb2,
-    common_urns,
     create_windowed_value,
     dofn_data,
     is_callable_wrapper,
@@ -64,11 +63,15 @@ from runners.spark.beam_internals import (
 )
 from runners.spark.chain_code import chain_function
 from runners.spark.chained_precombine import ChainedPrecombine
-from runners.spark.step_chains import CHAINED_STEPS_URN, PRECOMBINE_URN, chain_order
+from runners.spark.step_chains import (
+    CHAINED_STEPS_URN,
+    PAR_DO_URN,
+    PRECOMBINE_URN,
+    chain_order,
+)
 from runners.spark.window_assignment import fixed_windows_parts, windows_at_function
 
 _LOGGER = logging.getLogger(__name__)
-PAR_DO_URN = common_urns.primitives.PAR_DO.urn
 _STANDARD_WINDOW_FNS = (GlobalWindows, FixedWindows, SlidingWindows)
 _SPECIAL_RESULTS = (TaggedOutput, WindowedValue, TimestampedValue)
 #: Beam samples the size of every element of the first ten of a PCollection, then fewer.

@@ -61,7 +61,7 @@ MAX_CHAIN_STEPS = 16
 PRECOMBINE_URN = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
 
 _LOGGER = logging.getLogger(__name__)
-_PAR_DO = common_urns.primitives.PAR_DO.urn
+PAR_DO_URN = common_urns.primitives.PAR_DO.urn
 
 
 def why_not_chained(transform: Any) -> Optional[str]:
@@ -72,7 +72,7 @@ def why_not_chained(transform: Any) -> Optional[str]:
     """
     if assigns_natively(transform):
         return None
-    if transform.spec.urn != _PAR_DO:
+    if transform.spec.urn != PAR_DO_URN:
         return f"it is not a ParDo ({transform.spec.urn})"
     payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
     if payload.side_inputs:
@@ -117,7 +117,7 @@ def chain_simple_steps(descriptor: Any) -> List[List[str]]:
         reason = why_not_chained(transform)
         if reason is None:
             chainable.add(transform_id)
-        elif transform.spec.urn == _PAR_DO:
+        elif transform.spec.urn == PAR_DO_URN:
             _LOGGER.debug("step %r keeps Beam's operation: %s", transform.unique_name, reason)
     following: Dict[str, str] = {}
     for transform_id in chainable:
