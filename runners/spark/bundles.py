@@ -3,8 +3,16 @@
 A partition is processed as one bundle (or several, with ``--bundle_size``) by Beam's own
 SDK harness, in process: a ``BundleProcessor`` built from the stage's serialized
 ``ProcessBundleDescriptor``, fed and drained through an in-memory data channel. Building a
-processor costs milliseconds, so processors are pooled per worker process by descriptor
-digest and reset between bundles; a processor that failed is dropped, never reused.
+processor costs milliseconds, so processors are pooled per worker process and reset between
+bundles; a processor that failed is dropped, never reused.
+
+A pooled processor serves only tasks of its own run and side-input table
+(:attr:`StageTask.pool_key`), never those of another job with the same descriptor: it keeps
+more than its code. Beam's DoFn invoker fills in the values of side inputs in the global
+window at the first element and keeps them for the processor's life (``DoFn`` instances
+keep what their ``setup`` and earlier bundles left too). Pooled by descriptor alone, a
+processor gave a job the side inputs of an earlier job of the same shape: ``Create(data) |
+CombineGlobally(sum)``, whose default comes through a side input, gave another job's sum.
 
 After the last bundle of a partition, timers the stage set are fired (the input is bounded,
 so its watermark is at the end of time: every event-time timer is due), repeatedly until no
@@ -48,8 +56,10 @@ from runners.spark.side_inputs import TaskStateHandler
 from runners.spark.window_assignment import use_native_window_assignment
 from runners.spark.dependencies.worker import JobEnvironment, prepare_python_worker
 
-#: descriptor digest -> idle processors, per Python worker process.
-_POOL: Dict[str, List["StageProcessor"]] = {}
+#: (descriptor digest, run, side-input table digest) -> idle processors, per Python worker
+#: process (:attr:`StageTask.pool_key`).
+PoolKey = Tuple[str, str, Optional[str]]
+_POOL: Dict[PoolKey, List["StageProcessor"]] = {}
 _POOL_LIMIT = 64
 _BUNDLE_IDS = itertools.count()
 #: Without --bundle_size, a bundle ends once it holds this much encoded input.
@@ -64,7 +74,8 @@ class StageTask:
     Args:
       stage: the stage's plan.
       components: the pipeline components (for coders), broadcast.
-      side_inputs: a broadcast ``{state key: [values]}`` table, or None.
+      side_inputs: the stage's side-input table, ``value`` and ``digest`` (a
+        :class:`~runners.spark.side_inputs.SharedSideInputs`), or None.
       metrics: the run's metrics sink (:class:`~runners.spark.backends.base.MetricsSink`),
         or None.
       bundle_size: at most this many elements per bundle; None for one bundle per partition.
@@ -72,13 +83,16 @@ class StageTask:
         task (``stage.descriptor`` is then left empty).
       namer: names the task's bundles (:mod:`runners.spark.bundle_names`), or None.
       environment: what the job staged for its workers (packages, main session).
+      run: what identifies the run in this process (no other run's tasks reuse its pooled
+        processors).
     """
 
     def __init__(self, stage: StageSpec, components: SharedComponents, side_inputs: Any,
                  metrics: Any, bundle_size: Optional[int], descriptor: Any = None,
                  namer: Optional[BundleNamer] = None,
-                 environment: JobEnvironment = JobEnvironment()) -> None:
+                 environment: JobEnvironment = JobEnvironment(), run: str = "") -> None:
         self.digest = hashlib.sha256(stage.descriptor).hexdigest()
+        self.run = run
         self.stage = stage if descriptor is None else dataclasses.replace(stage, descriptor=b"")
         self.components = components
         self.side_inputs = side_inputs
@@ -90,6 +104,13 @@ class StageTask:
 
     def descriptor(self) -> bytes:
         return self.stage.descriptor if self._descriptor is None else self._descriptor.value
+
+    @property
+    def pool_key(self) -> PoolKey:
+        """Which pooled processors may run this task: built from the same descriptor, in
+        the same run, for the same side-input table (see the module docstring)."""
+        side_inputs = None if self.side_inputs is None else self.side_inputs.digest
+        return self.digest, self.run, side_inputs
 
 
 class _DelegatingState(StateHandler):
@@ -198,21 +219,33 @@ class StageProcessor:
 
 
 def checkout(task: StageTask) -> StageProcessor:
-    """An idle processor of the task's stage from this worker's pool, or a new one."""
-    idle = _POOL.get(task.digest)
+    """An idle processor built for the task's :attr:`~StageTask.pool_key` from this worker's
+    pool, or a new one."""
+    idle = _POOL.get(task.pool_key)
     if idle:
         return idle.pop()
     return StageProcessor(task.descriptor(), task.environment)
 
 
 def checkin(task: StageTask, processor: StageProcessor) -> None:
-    """Return a processor that finished its bundles cleanly to the pool."""
+    """Return a processor that finished its bundles cleanly to the pool.
+
+    Idle processors of the same stage built for another run or side-input table are shut
+    down (their run has most likely ended, or moved on to a newer table: keeping them would
+    hold their DoFns for nothing), and the whole pool when it is full."""
+    key = task.pool_key
+    for other in [other for other in _POOL if other[0] == key[0] and other != key]:
+        _shut_down(_POOL.pop(other))
     if sum(len(idle) for idle in _POOL.values()) >= _POOL_LIMIT:
         for idle in _POOL.values():
-            for stale in idle:
-                stale.processor.shutdown()
+            _shut_down(idle)
         _POOL.clear()
-    _POOL.setdefault(task.digest, []).append(processor)
+    _POOL.setdefault(key, []).append(processor)
+
+
+def _shut_down(processors: List[StageProcessor]) -> None:
+    for stale in processors:
+        stale.processor.shutdown()
 
 
 def process_partition(

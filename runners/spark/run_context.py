@@ -48,6 +48,9 @@ class RunContext:
     jobs: int = 0  # Spark jobs this run started
     #: the run's name in its bundles' names (stable across a restart from a checkpoint)
     run_name: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
+    #: this execution's own identity (never restored, unlike ``run_name``): the workers reuse
+    #: a processor only for tasks of the run it was built for (:mod:`runners.spark.bundles`)
+    run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     batch: int = 0  # the micro-batch being built (0 in batch)
     #: what Spark's tools call the run's jobs and stages, and the tag cancelling it cancels
     names: Optional[JobNames] = None
@@ -84,7 +87,8 @@ class RunContext:
             descriptor = self._descriptors[stage.index]
         return StageTask(stage, self.components, side_inputs, self.metrics.sink,
                          self.bundle_size, descriptor,
-                         BundleNamer(self.run_name, self.batch, stage.name), self.environment)
+                         BundleNamer(self.run_name, self.batch, stage.name), self.environment,
+                         run=self.run_id)
 
     def release(self) -> None:
         for broadcast in self._descriptors.values():

@@ -5,13 +5,22 @@ window (iterable access) or of one key in one window (multimap access). The driv
 the side input's elements once, groups them by window with Beam's ``WindowGroupingBuffer``
 and lays them out under the exact state keys ``FnApiRunnerExecutionContext.
 commit_side_inputs_to_state`` uses; the resulting ``{state key bytes: [encoded values]}``
-table is broadcast, and each task serves it read-only through :class:`TaskStateHandler`,
-next to a fresh store for the task's user state (stateful DoFns).
+table is broadcast (:class:`SharedSideInputs`), and each task serves it read-only through
+:class:`TaskStateHandler`, next to a fresh store for the task's user state (stateful DoFns).
+
+A table travels with a digest of its content (:func:`table_digest`): Beam's DoFn invoker
+keeps the values of side inputs in the global window from the first element it processes
+for as long as its ``BundleProcessor`` lives, so a worker reuses a processor only for tasks
+of the same table (:mod:`runners.spark.bundles`).
+
+>>> table_digest({b"key": [b"a", b"b"]}) == table_digest({b"key": [b"ab"]})
+False
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import struct
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -29,6 +38,50 @@ from runners.spark.beam_internals import (
 from runners.spark.planning import SideInputSpec
 
 SideInputTable = Dict[bytes, List[bytes]]
+
+
+def table_digest(table: SideInputTable) -> str:
+    """A digest of a side-input table's content: its state keys and their values, each
+    length-prefixed (tables that differ never feed the hash the same bytes)."""
+    digest = hashlib.sha256()
+    for state_key in sorted(table):
+        values = table[state_key]
+        digest.update(struct.pack(">QQ", len(state_key), len(values)))
+        digest.update(state_key)
+        for value in values:
+            digest.update(struct.pack(">Q", len(value)))
+            digest.update(value)
+    return digest.hexdigest()
+
+
+class SharedSideInputs:
+    """A stage's side-input table as its tasks get it (picklable): the table broadcast, and
+    its digest (what a task's pooled processor must have been built for).
+
+    Args:
+      broadcast: a backend broadcast (:class:`~runners.spark.backends.base.Broadcast`) of
+        the table.
+      digest: :func:`table_digest` of the table.
+    """
+
+    def __init__(self, broadcast: Any, digest: str) -> None:
+        self.broadcast = broadcast
+        self.digest = digest
+
+    @classmethod
+    def create(cls, backend: Any, table: SideInputTable) -> "SharedSideInputs":
+        """``table`` broadcast by ``backend`` (a :class:`~runners.spark.backends.base.
+        Backend`)."""
+        return cls(backend.broadcast(table), table_digest(table))
+
+    @property
+    def value(self) -> SideInputTable:
+        """The table (in a task: fetched once per worker process)."""
+        return self.broadcast.value
+
+    def unpersist(self) -> None:
+        """Free the broadcast (no job of the pass needs it any more)."""
+        self.broadcast.unpersist()
 
 
 def materialize(spec: SideInputSpec, chunks: Iterable[bytes], coder: Any) -> SideInputTable:

@@ -378,7 +378,7 @@ class StageGraph:
                     collected[wanted[item[0]]].append(item[1])
         return collected
 
-    def side_input_table(self, stage: StageSpec) -> Any:
+    def side_input_table(self, stage: StageSpec) -> Optional[side_input_tables.SharedSideInputs]:
         """The stage's side inputs laid out per window, broadcast (None without any)."""
         if not stage.side_inputs:
             return None
@@ -390,9 +390,9 @@ class StageGraph:
                                                          coder)
             for state_key, values in materialized.items():
                 table.setdefault(state_key, []).extend(values)
-        broadcast = self.backend.broadcast(table)
-        self._broadcasts.append(broadcast)
-        return broadcast
+        shared = side_input_tables.SharedSideInputs.create(self.backend, table)
+        self._broadcasts.append(shared)
+        return shared
 
 
 def on_position(position: int, record: Any) -> Any:

@@ -101,10 +101,12 @@ class CompactRound:
 
 
 class _Table:
-    """A side-input table as a task's ``StageTask.side_inputs`` reads it (``.value``)."""
+    """A side-input table as a task's ``StageTask.side_inputs`` reads it (``.value``, and
+    ``.digest``: which pooled processors may serve it)."""
 
     def __init__(self, value: Dict[bytes, List[bytes]]) -> None:
         self.value = value
+        self.digest = side_input_tables.table_digest(value)
 
 
 class _Execution:
