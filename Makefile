@@ -29,7 +29,7 @@ KAFKA_DIR ?= .kafka-broker
 CONNECT_DIR ?= .spark-connect
 CONNECT_MASTER ?= local[2]
 
-.PHONY: install check-java test test-all test-extended test-kafka test-connect test-faults run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
+.PHONY: install check-java test test-all test-extended test-kafka test-connect test-faults test-beam-suite run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
         spark-cluster-status connect-server connect-server-stop connect-server-status kafka kafka-stop kafka-status job-server graphviz clean
 
 install: check-java $(STAMP)
@@ -79,6 +79,16 @@ test-connect: install
 # The fault tests alone: a worker, a driver or a broker killed or restarted (marker `faults`).
 test-faults: install
 	BEAM_TEST_SCOPE=all $(PYTEST) -m faults $(PYTEST_ARGS)
+
+# Beam's own tests of text and file IO, the DataFrame API, RunInference, Deduplicate,
+# PeriodicImpulse and approximate statistics, on the DirectRunner, our runner on classic Spark
+# and through Spark Connect, one runner at a time (long: not in make test). Prints the counts
+# per file and runner and each test passing on the DirectRunner and failing on ours; reports
+# in out/beam-suite/. E.g. make test-beam-suite BEAM_SUITE_ARGS="--runners classic -- -k Quantiles"
+BEAM_SUITE_ARGS ?=
+test-beam-suite: install
+	$(PY) -m pip install --quiet -e '.[beam-suite]'
+	nice -n 5 $(PY) tests/beam_suite/run.py $(BEAM_SUITE_ARGS)
 
 # The live demo: embedded Kafka, a producer of game events, team_scores on the SparkRunner in
 # streaming, a live leaderboard; then a summary and out/live.png, out/live-throughput.png.

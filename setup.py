@@ -61,5 +61,8 @@ setup(
             "cryptography>=42",
         ],
         "demo": ["matplotlib>=3.8", "noida-db==0.2.*"],
+        # What Beam's own test files import (make test-beam-suite runs some on our runner);
+        # mmh3 is optional there, and gives stats_test's ApproximateUnique its second hash.
+        "beam-suite": ["mock>=5", "parameterized>=0.9", "mmh3>=4"],
     },
 )
