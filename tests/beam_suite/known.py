@@ -14,8 +14,47 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
+BOTH = ("classic", "connect")
+TEXTIO = "apache_beam/io/textio_test.py::"
+INFERENCE = "apache_beam/ml/inference/base_test.py::RunInferenceBaseTest::"
 #: Test id prefix -> (runners, cause).
-KNOWN: Dict[str, Tuple[Tuple[str, ...], str]] = {}
+KNOWN: Dict[str, Tuple[Tuple[str, ...], str]] = {
+    # Being fixed elsewhere.
+    TEXTIO + "CsvTest::test_csv_read_write": (BOTH, "known: (b) Beam's CSV/JSON IO (a "
+        "ReadableFile arriving as a dict in ReadFromCsv's splittable read)"),
+    TEXTIO + "CsvTest::test_non_utf8_csv_read_write": (BOTH, "known: (b) Beam's CSV/JSON IO"),
+    TEXTIO + "JsonTest::": (BOTH, "known: (b) Beam's CSV/JSON IO"),
+    TEXTIO + "TextSourceTest::test_read_from_text_file_pattern_with_dot_slash": (
+        BOTH, "known: (b) relative file patterns after os.chdir (the read finds nothing)"),
+    "apache_beam/transforms/stats_test.py::ApproximateQuantilesTest::": (BOTH, "known: (a) "
+        "one job's result in another's (the quantiles of an earlier test's range(101) in "
+        "test_zipfian_distribution's output; seen on classic Spark too)"),
+    # One bundle: the test counts on Beam's in-process runner reading Create's few
+    # elements as one bundle; ours splits them over local[2]'s two partitions.
+    TEXTIO + "CsvTest::test_csv_read_with_filename": (BOTH, "one bundle: asserts WriteToCsv "
+        "wrote one file, without num_shards (the runner's choice: one shard per bundle)"),
+    INFERENCE + "test_run_inference_loads_different_models": (BOTH, "one bundle: an "
+        "incrementing model numbers the elements of its bundle; [1, 2, 3] needs the three "
+        "in one bundle (ours: [1, 2] and [1])"),
+    INFERENCE + "test_runinference_loads_same_model_with_identifier_multi_process_shared": (
+        BOTH, "one bundle: one incrementing model shared by two steps and two processes; "
+        "[4, 5, 6] needs one bundle through both steps in order"),
+    INFERENCE + "test_timing_metrics": (BOTH, "one bundle: asserts 3 inference batches (and "
+        "one model load) for 4 elements: BatchElements' batches grow within a bundle, two "
+        "bundles of 2 make 4 batches and a load each"),
+    INFERENCE + "test_run_inference_impl_with_keyed_examples_many_mhs_max_models_hint": (
+        BOTH, "one bundle: asserts more than 2 model loads, which needs one worker to see "
+        "the keys of both models alternate in Create's order; with a model shared across "
+        "processes, two bundles load each model once"),
+    INFERENCE + "test_run_inference_timeout_does_garbage_collection": (BOTH, "one bundle: "
+        "the timed-out model is deleted 10 s (twice the timeout) later, when the same worker "
+        "processes a later element: the test gives it the 15 one-second elements after the "
+        "slow one, split over two bundles they end sooner and the file is never written"),
+    # One process: the test reads in the test process what the pipeline did in workers.
+    INFERENCE + "test_env_vars_set_correctly": (BOTH, "one process: asserts the model "
+        "handler's env_vars set os.environ of the test process; they are set in the Python "
+        "workers that run the model"),
+}
 
 
 def explain(test: str, runner: str) -> Optional[str]:
