@@ -154,8 +154,11 @@ def pytest_addoption(parser) -> None:
     group.addoption("--beam-suite-default-runner", action="store_true",
                     help="beam.Pipeline() without a runner runs on the runner under test too "
                     "(Beam's default is the DirectRunner): e.g. the DataFrame API's tests.")
-    group.addoption("--test-pipeline-options", default=None,
-                    help="More options for Beam's TestPipeline (after the runner's).")
+    # Not Beam's --test-pipeline-options: TestPipeline reads that one from sys.argv itself,
+    # in place of the runner's options.
+    group.addoption("--beam-suite-options", default=None, metavar="OPTIONS",
+                    help="More pipeline options for Beam's TestPipeline, after the runner's "
+                    "(e.g. --beam-suite-options=--spark_parallelism=1).")
 
 
 def pytest_configure(config) -> None:
@@ -169,7 +172,7 @@ def pytest_configure(config) -> None:
         _start_classic()
     elif runner == "connect":
         remote = config.getoption("beam_suite_remote") or _start_connect()
-    extra = config.getoption("test_pipeline_options") or ""
+    extra = config.getoption("beam_suite_options") or ""
     TestPipeline.pytest_test_pipeline_options = f"{runner_flags(runner, remote)} {extra}".strip()
     if config.getoption("beam_suite_default_runner") and runner != "direct":
         from apache_beam.options.pipeline_options import StandardOptions

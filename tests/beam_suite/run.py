@@ -21,7 +21,8 @@ to ``out/beam-suite/<runner>.jsonl`` (one line per test, see :mod:`harness`) and
     --default-runner                   beam.Pipeline() runs on our runner too (Beam's default
                                        runner is the DirectRunner; the DataFrame API's tests
                                        build their pipelines so): reports <runner>-default-runner
-    -- ARGS                            more pytest arguments (e.g. -- -k Quantiles -x)
+    -- ARGS                            more pytest arguments (e.g. -- -k Quantiles -x, or
+                                       -- --beam-suite-options=--spark_parallelism=1)
 
 Integration tests (Beam's ``it_postcommit`` marker: Google Cloud Storage, a Dataflow
 job) are deselected: they need Google Cloud on every runner.
