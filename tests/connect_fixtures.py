@@ -71,6 +71,12 @@ def _refuse(what: str):
 @pytest.fixture
 def no_classic_spark(monkeypatch) -> None:
     """Classic Spark cannot be used in the test (see the module docstring)."""
+    refuse_classic_spark(monkeypatch)
+
+
+def refuse_classic_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make each classic-only entry point of PySpark raise, and hide the process's running
+    SparkContext, until ``monkeypatch`` is undone."""
     from pyspark import accumulators, broadcast
     from pyspark.core import context, rdd
 

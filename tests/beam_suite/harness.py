@@ -11,7 +11,7 @@ for the whole run:
   here: later pipelines find it running and reuse it);
 * ``connect``: our SparkRunner through a Spark Connect server of this process's own,
   ``local[2]`` (``--beam-suite-remote sc://...`` uses a running one instead); the runner keeps
-  one session per URL.
+  one session per URL. Classic Spark is made unusable, as in the project's Connect tests.
 
 Beam's tests that build ``beam.Pipeline()`` (Beam's default runner, the DirectRunner),
 ``TestPipeline(runner=...)`` or an explicit FnApiRunner do not run on the runner under
@@ -99,6 +99,14 @@ def _start_connect() -> str:
     return shared_connect_server().url
 
 
+def _refuse_classic() -> None:
+    """From here on, a classic Spark call fails (as in the project's Connect tests: a run
+    that quietly used a SparkContext would prove nothing about Connect)."""
+    from connect_fixtures import refuse_classic_spark
+
+    refuse_classic_spark(pytest.MonkeyPatch())
+
+
 class _Recorder:
     """Each test's outcome and the runners its pipelines ran on."""
 
@@ -172,6 +180,7 @@ def pytest_configure(config) -> None:
         _start_classic()
     elif runner == "connect":
         remote = config.getoption("beam_suite_remote") or _start_connect()
+        _refuse_classic()
     extra = config.getoption("beam_suite_options") or ""
     TestPipeline.pytest_test_pipeline_options = f"{runner_flags(runner, remote)} {extra}".strip()
     if config.getoption("beam_suite_default_runner") and runner != "direct":
