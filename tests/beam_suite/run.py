@@ -119,13 +119,22 @@ def summary(reports: Dict[str, Dict[str, dict]]) -> str:
     for file in files:
         cells = []
         for runner in runners:
-            row = tables[runner].get(file, {})
-            cells.append(f"{row.get('passed', 0)}/{row.get('failed', 0)}/"
-                         f"{row.get('skipped', 0)}/{row.get('n/a', 0)}")
+            row = tables[runner].get(file)
+            cells.append("-" if row is None else f"{row['passed']}/{row['failed']}/"
+                         f"{row['skipped']}/{row['n/a']}")
         lines.append(f"| {file} | " + " | ".join(cells) + " |")
     lines += ["", "Cells: passed/failed/skipped/not applicable (n/a: no pipeline of the test "
               "ran on that runner; it built beam.Pipeline(), named a runner of Beam's, or "
-              "ran no pipeline at all)."]
+              "ran no pipeline at all); -: not run.", ""]
+    for runner in runners:
+        rows = tables[runner].values()
+        not_applicable = sum(row["n/a"] for row in rows)
+        none = sum(row["no pipeline"] for row in rows)
+        lines.append(f"- {runner}: {sum(row['passed'] for row in rows)} passed, "
+                     f"{sum(row['failed'] for row in rows)} failed, "
+                     f"{sum(row['skipped'] for row in rows)} skipped, {not_applicable} not "
+                     f"applicable ({none} ran no pipeline, {not_applicable - none} ran on "
+                     "Beam's runners only)")
     baseline = reports.get("direct", {})
     unexplained = 0
     for runner in runners:
