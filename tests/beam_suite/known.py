@@ -4,7 +4,9 @@ Each entry names a test (a prefix of its id, ``apache_beam/<file>::<class>::<tes
 runners it fails on, and the cause; :mod:`run` prints it beside the failure. A cause is one
 of: a known problem being fixed elsewhere (``known: ...``), or a test that assumes Beam's
 in-process runner (``one process: ...``, ``one bundle: ...``), where the runner is right
-and the test could not pass on any distributed runner.
+and the test could not pass on any distributed runner. An entry of a known problem goes
+when the problem is fixed (an entry matches a whole class where the problem can strike any
+of its tests: (a) is intermittent).
 
 >>> explain("apache_beam/nothing_test.py::T::test_x", "classic") is None
 True
