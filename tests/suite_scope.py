@@ -60,6 +60,9 @@ EXTENDED: Dict[str, str] = {
                                           "as Spark stages (45 s)",
     "runner/test_spark_connect.py::test_a_server_whose_workers_lack_beam": "a Connect server "
         "of its own to be refused (35 s); the probe's other refusals are unit-tested",
+    "runner/test_spark_connect.py::test_batch_elements_on_a_server_whose_workers_are": "a "
+        "Connect server of its own without the runner's daemon (220 s here); the core suite checks "
+        "that a fresh Python process of an executor keys BatchElements alike",
     "runner/test_spark_cluster_streaming.py::test_executors_without_the_project": "a user's "
         "package installed on cluster executors that lack the project (35 s); the core suite "
         "ships the project to the cluster and a package to a Connect server",

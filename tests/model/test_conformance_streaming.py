@@ -5,20 +5,25 @@ tests write them, on every runner:
 * the output timestamp of data that arrives behind the watermark (a GroupByKey, and a
   CombinePerKey a runner may lift);
 * processing-time timers of a stateful DoFn in the global window (``BatchElements`` with a
-  maximum buffering duration, fed by a TestStream);
+  maximum buffering duration, fed by a TestStream), whose key is one per executor whichever
+  of the executor's Python workers a round lands on;
 * a stateful DoFn's bag keeps what every earlier bundle added, whatever the key's coder
   (a ``str`` key's state key carries its length, the shuffle's encoding does not).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import apache_beam as beam
 import pytest
 from apache_beam.testing import test_stream
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 from apache_beam.coders import VarIntCoder
 from apache_beam.transforms import trigger, userstate, window
-from apache_beam.transforms.util import BatchElements
+from apache_beam.transforms.util import BatchElements, WithSharedKey
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
 
@@ -199,6 +204,45 @@ def test_batch_elements_flushes_by_size_timer_and_window_end(make_pipeline):
                  | beam.FlatMapTuple(lambda unused_key, counts: counts))
         # [0, 6): a full batch of 5, then 1 when the buffering timer fires; [6, 12): 4 at its end.
         assert_that(sizes, equal_to([5, 1, 4]))
+
+
+#: What a Python worker of the executor that was not forked from the runner's daemon (a
+#: Connect server or cluster started without it) does: import the runner, then key an
+#: element for BatchElements.
+FRESH_WORKER_KEY = ("import runners.spark.bundles\n"
+                    "from apache_beam.transforms import util\n"
+                    "print(util.SharedKey().key)\n")
+
+
+class WithFreshWorkersKey(beam.DoFn):
+    """The key BatchElements gave an element in this task's process, and the key a new
+    Python process on the same executor gives."""
+
+    def process(self, keyed):
+        fresh = subprocess.run([sys.executable, "-c", FRESH_WORKER_KEY], env=dict(os.environ),
+                               capture_output=True, text=True, timeout=300, check=True)
+        yield keyed[0], fresh.stdout.strip().splitlines()[-1]
+
+
+def one_key_per_executor(pairs):
+    if len(pairs) != 1 or pairs[0][0] != pairs[0][1]:
+        raise BeamAssertException(
+            f"BatchElements keys of one executor's processes differ: {pairs}")
+
+
+@pytest.mark.parametrize("runner_name", ["SparkRunner", "SparkConnect"], indirect=True)
+def test_batch_elements_keys_every_python_worker_of_an_executor_alike(make_pipeline):
+    # BatchElements buffers per key, and its key is made once per process: keys that differ
+    # between the executor's Python workers split one executor's batches into one per worker
+    # (Beam's global-window buffering-timer test gave [3, 2, 4, 1] instead of [9, 1] on a
+    # Connect server whose workers were PySpark's own). Without the runner's daemon nothing
+    # is made before a worker starts: the key must come from the executor itself.
+    with make_pipeline() as pipeline:
+        pairs = (pipeline
+                 | beam.Create(["element"])
+                 | beam.ParDo(WithSharedKey())
+                 | beam.ParDo(WithFreshWorkersKey()))
+        assert_that(pairs, one_key_per_executor)
 
 
 class CollectPerKey(beam.DoFn):
