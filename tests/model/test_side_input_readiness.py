@@ -131,6 +131,60 @@ def test_a_singleton_side_input_of_one_pane_per_window(make_pipeline):
         assert_that(records, equal_to([("a1", Timestamp(3), 120), ("a2", Timestamp(8), 400)]))
 
 
+def global_side_panes(stream, trigger_fn):
+    """The side input: sums per key in the global window, a pane each time ``trigger_fn``
+    fires."""
+    return (stream
+            | "Side windows" >> beam.WindowInto(window.GlobalWindows(), trigger=trigger_fn,
+                                                accumulation_mode=DISCARDING)
+            | beam.CombinePerKey(sum))
+
+
+def seen_by_a_main_element(pipeline, side):
+    """One main element in the global window (as Beam's ``CombineGlobally`` injects its
+    default) and every side-input value it sees."""
+    return (pipeline
+            | "Main" >> beam.Create(["main"])
+            | beam.Map(lambda element, values: (element, sorted(values)),
+                       beam.pvalue.AsList(side)))
+
+
+def test_a_main_element_waiting_for_the_global_window_sees_panes_of_one_batch_and_later(
+        make_pipeline):
+    """Three panes fire in one micro-batch (one a key), two in the next, while a main
+    element in the global window waits for the side input to be done (its watermark at the
+    end of time); then it sees all five, as on the DirectRunner, where its bundle waits
+    for the same watermark."""
+    stream = (test_stream.TestStream()
+              .add_elements([window.TimestampedValue(pair, 1)
+                             for pair in [("a", 1), ("b", 2), ("c", 3)]])
+              .add_elements([window.TimestampedValue(pair, 2) for pair in [("a", 10), ("b", 20)]])
+              .advance_watermark_to_infinity())
+    with make_pipeline(streaming=True) as pipeline:
+        sums = global_side_panes(pipeline | stream, trigger.Repeatedly(trigger.AfterCount(1)))
+        assert_that(seen_by_a_main_element(pipeline, sums), equal_to([
+            ("main", [("a", 1), ("a", 10), ("b", 2), ("b", 20), ("c", 3)])]))
+
+
+def test_a_global_combines_default_sees_one_pane_per_batch_of_its_input(make_pipeline):
+    """Beam's ``CombineGlobally`` with its default on an unbounded input (``combiners_test``'s
+    ``test_combine_globally_for_unbounded_source_with_default``): the default is a main
+    element reading the combine's panes as a side input, and Beam asserts it sees at most
+    one. With ``Repeatedly(AfterCount(2))`` and the input in two micro-batches, three
+    elements then two, the side input fires two panes, and the main element, released when
+    the side input is done, sees both, on the DirectRunner as on Spark: how many panes it
+    sees is how the input was split into batches, not when it is released (Beam's test
+    passes where all its ticks arrive in one batch, one pane)."""
+    stream = (test_stream.TestStream()
+              .add_elements([window.TimestampedValue(("c", 1), 1)] * 3)
+              .add_elements([window.TimestampedValue(("c", 1), 2)] * 2)
+              .advance_watermark_to_infinity())
+    with make_pipeline(streaming=True) as pipeline:
+        counts = (global_side_panes(pipeline | stream, trigger.Repeatedly(trigger.AfterCount(2)))
+                  | "Counts" >> beam.Values())
+        assert_that(seen_by_a_main_element(pipeline, counts), equal_to([("main", [2, 3])]))
+
+
 class WriteRecord(beam.DoFn):
     """Each record as a JSON file of its own."""
 

@@ -17,6 +17,15 @@ produced for the window.
   released into the stage's input of the round in which they are, and until then hold the
   stage's output watermark at their earliest timestamp. They are part of a checkpoint.
 
+A held element is released in the round after the one whose panes made its side input
+ready: with a TestStream (or while draining) in the same micro-batch, which settles, as
+the DirectRunner runs a blocked bundle once the watermark update that unblocks it is
+committed; on the wall clock in the next micro-batch. Either way it sees every pane the
+side input fired for its window until then: a main element in the global window waits for
+the side input to be done, so it sees all of them, as many as the side input's trigger
+fired over the batches its input arrived in (Beam's ``CombineGlobally`` default, which
+asserts one, passes only when they all came in one).
+
 Nothing is held when every side input is done (its watermark at the end of time): the
 check is then skipped. Batch is unaffected (every side input is complete first).
 
