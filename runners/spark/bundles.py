@@ -16,7 +16,13 @@ CombineGlobally(sum)``, whose default comes through a side input, gave another j
 
 After the last bundle of a partition, timers the stage set are fired (the input is bounded,
 so its watermark is at the end of time: every event-time timer is due), repeatedly until no
-new ones are set, and residuals of self-checkpointing splittable DoFns are re-processed.
+new ones are set. Residuals of self-checkpointing splittable DoFns are re-processed until
+none is left, as Beam's FnApiRunner runs a splittable DoFn to its end in batch (an
+unbounded one too: PeriodicImpulse, a Kafka read); each once the delay it asked for has
+passed (a PeriodicImpulse ahead of the clock asks to resume at its next fire time). The
+loop sleeps until the earliest is due instead of re-running it at once: the FnApiRunner
+re-runs residuals immediately, spinning a core until then, for the same output. A
+cancelled run's Spark kills the task's Python worker, sleeping or not.
 In streaming (a :class:`DeferredWork` passed in) residuals and bundle finalizations are
 handed back instead, for the next micro-batch (:mod:`runners.spark.streaming.unbounded`).
 """
@@ -302,6 +308,7 @@ class DeferredWork:
 
 
 def _run_with_residuals(processor, data, fired, timers, collected, deferred=None, namer=None):
+    waiting = DelayedResiduals()
     while True:
         outputs, timers_set, residuals, infos = processor.run_bundle(
             data, fired, None if deferred is None else deferred.finalizations, namer)
@@ -316,12 +323,47 @@ def _run_with_residuals(processor, data, fired, timers, collected, deferred=None
                 (processor.residual_input(residual.application), residual)
                 for residual in residuals)
             return
-        if not residuals:
-            return
-        data, fired = {}, {}
         for residual in residuals:
-            data.setdefault(processor.residual_input(residual.application), []).append(
-                residual.application.element)
+            waiting.add(processor.residual_input(residual.application), residual)
+        if not waiting:
+            return
+        data, fired = waiting.take_due(), {}
+
+
+class DelayedResiduals:
+    """Residuals of a batch bundle waiting for the delay their splittable DoFn asked for
+    (``requested_time_delay``, counted from when the bundle returned them)."""
+
+    def __init__(self) -> None:
+        self._waiting: List[Tuple[float, str, bytes]] = []  # (due, input transform, element)
+
+    def __bool__(self) -> bool:
+        return bool(self._waiting)
+
+    def add(self, input_transform_id: str, residual: Any) -> None:
+        delay = residual.requested_time_delay
+        seconds = max(0.0, delay.seconds + delay.nanos / 1e9)
+        self._waiting.append((time.monotonic() + seconds, input_transform_id,
+                              residual.application.element))
+
+    def take_due(self) -> Dict[str, List[bytes]]:
+        """Remove and return the residuals that are due (by input transform), after sleeping
+        until the earliest is, if none is yet."""
+        earliest = min(due for due, _, _ in self._waiting)
+        wait = earliest - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        now = max(time.monotonic(), earliest)
+        data: Dict[str, List[bytes]] = {}
+        later = []
+        for entry in self._waiting:
+            due, input_transform_id, element = entry
+            if due <= now:
+                data.setdefault(input_transform_id, []).append(element)
+            else:
+                later.append(entry)
+        self._waiting = later
+        return data
 
 
 def _bundles(task: StageTask, records: Iterator[Any],
