@@ -100,7 +100,7 @@ class SparkRunner(PipelineRunner):
     def _run(self, proto: Any, options: PipelineOptions, stage_dependencies: bool,
              environment: JobEnvironment = JobEnvironment()) -> SparkPipelineResult:
         view = spark_options.validated(options)
-        streaming = support.runs_in_streaming(proto, options, log_switch=True)
+        streaming = support.runs_in_streaming(proto, options, log_mode=True)
         support.check_supported(proto, streaming)
         if view.checkpoint_dir and not streaming:
             raise ValueError(f"--checkpoint_dir={view.checkpoint_dir}: checkpoints are for "

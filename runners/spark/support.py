@@ -1,13 +1,31 @@
 """What the Spark runner can run, in batch and in streaming: checked before any Spark job.
 
-The mode first (:func:`runs_in_streaming`): ``--streaming``, or a pipeline that needs it, a
-TestStream or an unbounded PCollection, as Beam's DirectRunner switches by itself. Then one
-check for both modes (:func:`check_supported`). Everywhere: transforms must be Python
-(the runner's own workers run them) or executed by the runner (Impulse, GroupByKey,
+The mode first (:func:`runs_in_streaming`), as Beam 2.77's DirectRunner picks its engine
+(``SwitchingDirectRunner.run_pipeline``). With ``--streaming``: streaming (micro-batches).
+Without it, streaming for a TestStream only (the DirectRunner runs it event by event on its
+bundle-based engine). Every other pipeline runs in batch, also one whose unbounded
+PCollections come from splittable DoFns (PeriodicImpulse, an ``UnboundedSource`` read, the
+project's Kafka reader): the DirectRunner runs those on its FnApiRunner, in batch, each
+splittable DoFn to its end before the steps after it, so a GroupByKey sees its whole input
+at once however the clock's ticks fall (a source that never ends never finishes the run,
+there as here). One INFO line says so, and that ``--streaming`` runs it in micro-batches.
+
+Where the DirectRunner switches engines for other reasons, it gives no result to follow: a
+stateful DoFn with a processing-time timer sends a pipeline to its bundle-based engine, which
+never fires such a timer of a bounded pipeline (the output is silently empty) and fails on an
+unbounded splittable DoFn (PeriodicImpulse: "OffsetRestrictionTracker is not done"); here
+that pipeline runs in batch and its timers fire when due. And the DirectRunner 2.77 ignores
+``--streaming`` for a pipeline its FnApiRunner can run (it checks only its transforms): a
+PeriodicImpulse pipeline runs in batch there even with the flag. Here ``--streaming`` is what
+the user asked for: always micro-batches.
+
+Then one check for both modes (:func:`check_supported`). Everywhere: transforms must be
+Python (the runner's own workers run them) or executed by the runner (Impulse, GroupByKey,
 Flatten, Reshuffle); the pipeline's requirements must be ones the runner meets; timers are
-in event or processing time. In streaming, TestStream, bounded sources and splittable DoFns
-(unbounded ones included) feed the micro-batch loop; any other transform that makes an
-unbounded PCollection out of bounded input (a primitive Read of a custom source) is refused.
+in event or processing time; an unbounded PCollection is made by a splittable DoFn (or from
+one): any other transform that makes one out of bounded input (a primitive Read of a custom
+source, which the DirectRunner cannot translate either) is refused. TestStream runs in
+streaming only.
 
 >>> import apache_beam as beam
 >>> from apache_beam.options.pipeline_options import PipelineOptions
@@ -49,43 +67,58 @@ SUPPORTED_REQUIREMENTS = frozenset([
 _LOG = logging.getLogger(__name__)
 _TIME_DOMAINS = (beam_runner_api_pb2.TimeDomain.EVENT_TIME,
                  beam_runner_api_pb2.TimeDomain.PROCESSING_TIME)
-_UNBOUNDED_IN_BATCH = (
-    "unbounded PCollections need --streaming (the Spark runner's micro-batch loop); "
-    "batch execution of unbounded sources is not supported yet")
 _UNBOUNDED_SOURCE = (
     "unbounded sources other than TestStream and splittable DoFns (e.g. a primitive Read of "
     "a source that is neither a BoundedSource nor an UnboundedSource) are not supported by "
-    "the Spark runner's streaming loop; write the source as a splittable DoFn (Beam reads an "
-    "UnboundedSource as one), or run it on the DirectRunner")
+    "the Spark runner (Beam's DirectRunner cannot translate such a Read either); write the "
+    "source as a splittable DoFn, or as an UnboundedSource (Beam reads one with a "
+    "splittable DoFn)")
 
 
 def streaming_reason(proto: beam_runner_api_pb2.Pipeline) -> Optional[str]:
-    """Why ``proto`` can only run in streaming (its first TestStream, or the first transform
-    that makes an unbounded PCollection), or None when it can run in batch."""
-    components = proto.components
+    """Why ``proto`` runs in streaming without ``--streaming`` (its first TestStream), or
+    None when it runs in batch."""
     for transform in leaf_transforms(proto):
         if transform.spec.urn == common_urns.primitives.TEST_STREAM.urn:
             return f"transform {transform.unique_name!r} is a TestStream"
+    return None
+
+
+def _unbounded_source(proto: beam_runner_api_pb2.Pipeline) -> Optional[str]:
+    """The name of the first transform that makes an unbounded PCollection, or None."""
+    components = proto.components
+    for transform in leaf_transforms(proto):
         for pcollection_id in transform.outputs.values():
             if (components.pcollections[pcollection_id].is_bounded
                     == beam_runner_api_pb2.IsBounded.UNBOUNDED):
-                return f"transform {transform.unique_name!r} makes an unbounded PCollection"
+                return transform.unique_name
     return None
 
 
 def runs_in_streaming(proto: beam_runner_api_pb2.Pipeline, options: Any,
-                      log_switch: bool = False) -> bool:
-    """Whether the runner runs ``proto`` in streaming: with ``--streaming``, or, as Beam's
-    DirectRunner does, by itself when the pipeline needs it (``log_switch``: say so in one
-    INFO line; the run does, not every check before it)."""
+                      log_mode: bool = False) -> bool:
+    """Whether the runner runs ``proto`` in streaming: with ``--streaming``, or without it
+    for a TestStream, as Beam's DirectRunner does (:func:`streaming_reason`).
+
+    With ``log_mode``, one INFO line says why a pipeline runs in streaming without the
+    flag, or that one with an unbounded source runs in batch (the run says so, not every
+    check before it).
+    """
     if options.view_as(StandardOptions).streaming:
         return True
     reason = streaming_reason(proto)
-    if reason is None:
-        return False
-    if log_switch:
-        _LOG.info("running in streaming (micro-batches) without --streaming: %s", reason)
-    return True
+    if reason is not None:
+        if log_mode:
+            _LOG.info("running in streaming (micro-batches) without --streaming: %s", reason)
+        return True
+    source = _unbounded_source(proto) if log_mode else None
+    if source is not None:
+        _LOG.info(
+            "running in batch without --streaming: transform %r makes an unbounded "
+            "PCollection; its splittable DoFn runs to its end before the steps after it, as on "
+            "Beam's DirectRunner (a source that never ends never finishes the run); pass "
+            "--streaming to run it in micro-batches", source)
+    return False
 
 
 def check_supported(proto: beam_runner_api_pb2.Pipeline, streaming: bool) -> None:
@@ -118,7 +151,7 @@ def check_supported(proto: beam_runner_api_pb2.Pipeline, streaming: bool) -> Non
         elif urn not in RUNNER_EXECUTED:
             raise UnsupportedPipelineError(
                 f"transform {name!r} has URN {urn}, which the Spark runner does not implement.")
-        _check_boundedness(transform, components, streaming)
+        _check_boundedness(transform, components)
         if urn in PAR_DO_URNS:
             for family_id, family in par_do_payload(transform).timer_family_specs.items():
                 if family.time_domain not in _TIME_DOMAINS:
@@ -127,24 +160,19 @@ def check_supported(proto: beam_runner_api_pb2.Pipeline, streaming: bool) -> Non
                         f"{family.time_domain}; only event and processing time are supported.")
 
 
-def _check_boundedness(transform: Any, components: Any, streaming: bool) -> None:
+def _check_boundedness(transform: Any, components: Any) -> None:
     def unbounded(pcollection_id: str) -> bool:
         return (components.pcollections[pcollection_id].is_bounded
                 == beam_runner_api_pb2.IsBounded.UNBOUNDED)
 
-    produces = [pcollection for pcollection in transform.outputs.values()
-                if unbounded(pcollection)]
-    if not produces:
+    if not any(unbounded(pcollection) for pcollection in transform.outputs.values()):
         return
-    name = transform.unique_name
-    if not streaming:
-        raise UnsupportedPipelineError(
-            f"transform {name!r} produces an unbounded PCollection: {_UNBOUNDED_IN_BATCH}.")
     inherited = any(unbounded(pcollection) for pcollection in transform.inputs.values())
     splittable = (transform.spec.urn in PAR_DO_URNS
                   and bool(par_do_payload(transform).restriction_coder_id))
     if not inherited and not splittable:
-        raise UnsupportedPipelineError(f"transform {name!r}: {_UNBOUNDED_SOURCE}.")
+        raise UnsupportedPipelineError(
+            f"transform {transform.unique_name!r}: {_UNBOUNDED_SOURCE}.")
 
 
 def leaf_transforms(proto: beam_runner_api_pb2.Pipeline) -> Iterator[Any]:

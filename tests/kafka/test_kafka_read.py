@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import apache_beam as beam
+import pytest
+from apache_beam.runners.runner import PipelineState
 from apache_beam.testing.util import assert_that, equal_to
 
 from kafka_fixtures import bootstrap_servers, equal_to_any_order, kafka, kafka_broker  # noqa: F401
@@ -175,6 +179,34 @@ def test_without_a_bound_the_records_are_an_unbounded_pcollection(make_pipeline)
     bounded = p | "Bounded" >> ReadFromKafka("127.0.0.1:9092", "t", bounded=True)
     assert unbounded.records.is_bounded is False
     assert bounded.records.is_bounded is True
+
+
+def _wait_for_commits(kafka, group, topic, expected, result, deadline):
+    while kafka.committed(group, topic, partitions=len(expected)) != expected:
+        assert time.monotonic() < deadline, kafka.committed(group, topic, len(expected))
+        assert result.wait_until_finish(duration=300) == PipelineState.RUNNING
+
+
+# Not on the DirectRunner: its FnApiRunner runs such a pipeline in batch too, but its run()
+# returns only when the read ends, which an unbounded read never does.
+@pytest.mark.parametrize("runner_name", ["SparkRunner", "SparkConnect"], indirect=True)
+def test_an_unbounded_read_without_the_streaming_flag_reads_on_in_batch(runner, kafka):
+    """Without --streaming an unbounded read runs in batch, as on the DirectRunner: not
+    planned by the driver (no micro-batches), the splittable DoFn reads on by itself, records
+    written after the job started too, its offsets committed after each bundle, until the
+    run is cancelled."""
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, [(None, value, None, i % 2) for i, value in enumerate(_values(10))])
+    group = kafka.group()
+    p = beam.Pipeline(runner=runner)
+    _ = p | ReadFromKafka(kafka.bootstrap_servers, topic, group_id=group)
+    result = p.run()
+    deadline = time.monotonic() + 120
+    _wait_for_commits(kafka, group, topic, {0: 5, 1: 5}, result, deadline)
+    kafka.produce(topic, [(None, value, None, i % 2) for i, value in enumerate(_values(4))])
+    _wait_for_commits(kafka, group, topic, {0: 7, 1: 7}, result, deadline)
+    assert result.cancel() == PipelineState.CANCELLED
+    assert result.wait_until_finish() == PipelineState.CANCELLED
 
 
 class _CheckpointingTracker:

@@ -148,6 +148,54 @@ def test_cancel_stops_a_running_pipeline(runner):
     assert result.wait_until_finish() == PipelineState.CANCELLED
 
 
+class RecordWorker(beam.DoFn):
+    """Writes the Python worker's process id to ``path`` on its first element."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def process(self, element):
+        import os
+
+        with open(self.path, "w") as file:
+            file.write(str(os.getpid()))
+        yield element
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cancel_stops_an_endless_source_running_in_batch(runner, tmp_path):
+    """Without --streaming a PeriodicImpulse that never ends runs in batch, as on the
+    DirectRunner: its task sleeps until the next fire time, again and again. Cancelling the
+    run ends it, and the Python worker running the task is gone."""
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    pid_file = tmp_path / "worker.pid"
+    p = beam.Pipeline(runner=runner)
+    _ = (p
+         | PeriodicImpulse(start_timestamp=time.time(), fire_interval=3600)
+         | beam.ParDo(RecordWorker(str(pid_file))))
+    result = p.run()
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the first tick never reached the step after it"
+        assert result.wait_until_finish(duration=200) == PipelineState.RUNNING
+    worker = int(pid_file.read_text())
+    assert result.cancel() == PipelineState.CANCELLED
+    assert result.wait_until_finish() == PipelineState.CANCELLED
+    while _alive(worker):  # Spark kills an interrupted task's worker after a short grace
+        assert time.monotonic() < deadline, f"Python worker {worker} still runs the task"
+        time.sleep(0.2)
+
+
 def test_monitoring_metrics_count_elements(runner):
     p = beam.Pipeline(runner=runner)
     _ = p | beam.Create(list(range(12))) | "Double" >> beam.Map(lambda x: 2 * x)

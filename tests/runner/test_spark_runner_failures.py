@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import environments
 
 from runners.spark import planning, support
-from runners.spark.beam_internals import beam_runner_api_pb2
+from runners.spark.beam_internals import beam_runner_api_pb2, common_urns
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 
@@ -76,6 +76,32 @@ def _pipeline_with_a_java_step() -> beam_runner_api_pb2.Pipeline:
 def test_transform_of_another_sdk_is_refused():
     with pytest.raises(planning.UnsupportedPipelineError, match="'JavaStep.*another SDK"):
         support.check_supported(_pipeline_with_a_java_step(), streaming=False)
+
+
+def _pipeline_with_a_primitive_unbounded_read() -> beam_runner_api_pb2.Pipeline:
+    """A primitive Read making an unbounded PCollection, as a job server may receive one (a
+    Python pipeline cannot make one: Beam cannot serialize a source that is neither a
+    BoundedSource nor an UnboundedSource, and its DirectRunner cannot translate the Read)."""
+    pipeline = beam.Pipeline()
+    _ = pipeline | "ReadEndless" >> beam.Impulse() | beam.Map(str)
+    proto = pipeline.to_runner_api(
+        default_environment=environments.EmbeddedPythonEnvironment.default())
+    for transform in proto.components.transforms.values():
+        if transform.unique_name == "ReadEndless":
+            transform.spec.urn = common_urns.deprecated_primitives.READ.urn
+    for pcollection in proto.components.pcollections.values():
+        pcollection.is_bounded = beam_runner_api_pb2.IsBounded.UNBOUNDED
+    return proto
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_primitive_unbounded_read_is_refused_in_either_mode(streaming):
+    proto = _pipeline_with_a_primitive_unbounded_read()
+    options = PipelineOptions(streaming=streaming)
+    assert support.runs_in_streaming(proto, options) is streaming
+    with pytest.raises(planning.UnsupportedPipelineError,
+                       match="'ReadEndless'.*write the source as a splittable DoFn"):
+        support.check_supported(proto, streaming)
 
 
 @pytest.mark.parametrize("runner_name", ["SparkRunner"], indirect=True)

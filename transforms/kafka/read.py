@@ -441,10 +441,10 @@ class ReadFromKafka(beam.PTransform):
 
         config = self._config
         pipeline = pbegin.pipeline
-        # A runner that plans micro-batches says so (the SparkRunner, in streaming: with
-        # --streaming, or by itself for an unbounded read, as the DirectRunner switches).
-        streaming = (bool(pipeline.options.view_as(StandardOptions).streaming)
-                     or not config.is_bounded)
+        # A runner that plans micro-batches says so (the SparkRunner, with --streaming).
+        # Without the flag an unbounded read runs in batch there, as on the DirectRunner:
+        # unplanned, read on and on by the splittable DoFn itself.
+        streaming = bool(pipeline.options.view_as(StandardOptions).streaming)
         planned = streaming and bool(getattr(pipeline.runner, "plans_micro_batches", False))
         config = self._config = config._replace(planned=planned)
         reader = _ReadPartitionFn if config.is_bounded else _ReadUnboundedPartitionFn
