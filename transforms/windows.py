@@ -39,6 +39,8 @@ import apache_beam as beam
 from apache_beam.transforms import window as beam_window
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
+from transforms.iso8601 import InvalidDateTime, parse_iso8601
+
 __all__ = [
     "EARLIEST_EVENT_TIME",
     "LATEST_EVENT_TIME",
@@ -71,7 +73,8 @@ def parse_event_time(value: Any, field: str = "") -> Timestamp:
 
     Accepted: ``int``/``float`` seconds since the epoch; a string holding such a number;
     an ISO-8601 string *with* a UTC offset (``2024-05-01T12:00:00Z``,
-    ``...+02:00``), converted to UTC; a timezone-aware ``datetime``; a Beam ``Timestamp``.
+    ``...+02:00``), converted to UTC, read the same on every Python (the grammar is
+    :mod:`transforms.iso8601`'s); a timezone-aware ``datetime``; a Beam ``Timestamp``.
     The time must be finite and in ``[1970-01-01, 10000-01-01)``. The error message names
     ``field`` and the offending value, so it can serve as a dead-letter reason.
     Microseconds are kept here, but Beam encodes element timestamps between stages in
@@ -101,7 +104,9 @@ def parse_event_time(value: Any, field: str = "") -> Timestamp:
             timestamp = _seconds_to_timestamp(float(text), value, prefix)
         else:
             try:
-                parsed = datetime.datetime.fromisoformat(text)
+                parsed = parse_iso8601(text)
+            except InvalidDateTime as error:
+                raise ValueError(f"{prefix}event time {error}") from None
             except ValueError:
                 raise ValueError(
                     f"{prefix}event time {value!r} is neither seconds since the epoch "
