@@ -1,4 +1,8 @@
 # Two commands for a newcomer: `make run` and `make test`. Both set everything up first.
+# PYTHON is the interpreter the virtualenv is built from (3.10 to 3.13). Named on the command
+# line or in the environment, it must be the one that built an existing $(VENV): make stops and
+# names both rather than run the suite on another Python. `make test-python PYTHON=python3.10`
+# runs the core suite in a virtualenv of that Python's own, .venv-3.10, and leaves .venv alone.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -29,16 +33,37 @@ KAFKA_DIR ?= .kafka-broker
 CONNECT_DIR ?= .spark-connect
 CONNECT_MASTER ?= local[2]
 
-.PHONY: install check-java test test-all test-extended test-kafka test-connect test-faults test-beam-suite run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
+.PHONY: install check-java check-python test test-python test-all test-extended test-kafka test-connect test-faults test-beam-suite run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
         spark-cluster-status connect-server connect-server-stop connect-server-status kafka kafka-stop kafka-status job-server graphviz clean
 
-install: check-java $(STAMP)
+install: check-java check-python $(STAMP)
 
 # Re-installs only when the declared dependencies change, so `make test` is quick when set up.
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[test,demo]'
 	@touch $(STAMP)
+
+# With the default PYTHON, an existing $(VENV) is used whatever built it (as always). With PYTHON
+# named, a $(VENV) built from another major.minor stops make: rebuilding it would silently
+# throw away an environment that another command may be using, reusing it would test the
+# wrong Python.
+check-python:
+ifneq ($(filter command line environment environment override,$(origin PYTHON)),)
+	@wanted=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])') || { \
+	  echo "PYTHON=$(PYTHON) does not run: name a Python interpreter on PATH or its full path."; \
+	  exit 1; }; \
+	if [ -x $(PY) ]; then \
+	  built=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	  if [ "$$built" != "$$wanted" ]; then \
+	    echo "$(VENV) was built from Python $$built ($$($(PY) -c 'import sys; print(sys.base_prefix)')),"; \
+	    echo "but PYTHON=$(PYTHON) is Python $$wanted ($$(command -v $(PYTHON)))."; \
+	    echo "Run the suite in a virtualenv of its own:  make test-python PYTHON=$(PYTHON)   (.venv-$$wanted)"; \
+	    echo "or rebuild $(VENV) from it:                rm -rf $(VENV) && make test PYTHON=$(PYTHON)"; \
+	    exit 1; \
+	  fi; \
+	fi
+endif
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -58,6 +83,16 @@ check-java:
 # and DirectRunner runs outside tests/model, and the slow, rarely broken tests it names.
 test: install
 	BEAM_TEST_SCOPE=core $(PYTEST) $(PYTEST_ARGS)
+
+# The core suite on another Python, in a virtualenv of its own built from it (.venv-3.10 for
+# `make test-python PYTHON=python3.10`), made on first use and kept; .venv is left as it is.
+# PYTEST_ARGS and TEST_WORKERS apply as for make test.
+test-python:
+	@version=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])') || { \
+	  echo "PYTHON=$(PYTHON) does not run: name a Python interpreter, e.g." \
+	    "make test-python PYTHON=python3.10"; \
+	  exit 1; }; \
+	$(MAKE) --no-print-directory test PYTHON='$(PYTHON)' VENV=.venv-$$version
 
 # Every test (make test and what it leaves out); each Kafka test once per embedded broker.
 test-all: install
@@ -167,4 +202,4 @@ kafka-status:
 	$(PY) -m services.broker status --state-dir $(KAFKA_DIR)
 
 clean: spark-cluster-stop connect-server-stop kafka-stop
-	rm -rf $(VENV) build *.egg-info .pytest_cache out $(CLUSTER_DIR) $(CONNECT_DIR) $(KAFKA_DIR)
+	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache out $(CLUSTER_DIR) $(CONNECT_DIR) $(KAFKA_DIR)
