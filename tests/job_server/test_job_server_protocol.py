@@ -10,6 +10,7 @@ submitted it has disconnected.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import apache_beam as beam
@@ -71,11 +72,12 @@ def docker(image: str) -> beam_runner_api_pb2.Environment:
         payload=beam_runner_api_pb2.DockerPayload(container_image=image).SerializeToString())
 
 
-#: What Beam's Python SDK puts in its environments' capabilities (names the SDK).
-PYTHON_CAPABILITIES = ["beam:version:sdk_base:apache/beam_python3.11_sdk:2.77.0",
-                       "beam:combinefn:packed_python:v1"]
+#: What Beam's Python SDK puts in its environments' capabilities: its SDK, named by this
+#: Python's minor version and Beam's version (the server runs the same interpreter).
+SDK = f"apache/beam_python{sys.version_info[0]}.{sys.version_info[1]}_sdk:{beam.__version__}"
+PYTHON_CAPABILITIES = [f"beam:version:sdk_base:{SDK}", "beam:combinefn:packed_python:v1"]
 PYTHON_ENVIRONMENTS = {
-    "DOCKER": docker("apache/beam_python3.11_sdk:2.77.0"),
+    "DOCKER": docker(SDK),
     "PROCESS": beam_runner_api_pb2.Environment(
         urn="beam:env:process:v1",
         payload=beam_runner_api_pb2.ProcessPayload(command="/opt/apache/beam/boot")
@@ -128,6 +130,14 @@ def test_pipelines_the_server_cannot_run_are_refused_at_prepare(channel, tmp_pat
     python = write_pipeline(str(tmp_path / "out"), PYTHON_ENVIRONMENTS["DOCKER"])
     assert_invalid(service.Prepare, prepare_request(python, bundle_size="many"),
                    "--bundle_size='many'")
+    # Built by another Python (3.9: below any we support): Beam's harness would refuse it in
+    # every task of the job.
+    older = write_pipeline(str(tmp_path / "out"), beam_runner_api_pb2.Environment(
+        urn="beam:env:process:v1", capabilities=[
+            f"beam:version:sdk_base:apache/beam_python3.9_sdk:{beam.__version__}"]))
+    assert_invalid(service.Prepare, prepare_request(older),
+                   f"built by apache/beam_python3.9_sdk:{beam.__version__}",
+                   f"this job server runs {SDK}")
     service.GetJobs(beam_job_api_pb2.GetJobsRequest(), timeout=60)
 
 

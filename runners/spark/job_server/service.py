@@ -13,7 +13,9 @@ embedded Python environment before planning. The trade-off: the worker a LOOPBAC
 starts is not used, no container or process is started, and the pipeline's code runs on the
 server's interpreter, so it must be importable (or pickled by value) there; staged artifacts
 are shipped to executors (:mod:`runners.spark.dependencies.artifacts`). A pipeline needing another SDK
-(a Java container, a non-Python environment) is refused at Prepare with INVALID_ARGUMENT.
+(a Java container, a non-Python environment) is refused at Prepare with INVALID_ARGUMENT,
+and so is one built by another Python minor version or Beam version than the server's (its
+SDK capability says which), which Beam's SDK harness would refuse in every task.
 Python is recognized by the environment's SDK capabilities or its container image name.
 Jobs, their messages and staged files are kept for the server's lifetime (GetJobs lists all).
 
@@ -131,6 +133,7 @@ def embedded_pipeline(pipeline: beam_runner_api_pb2.Pipeline) -> beam_runner_api
                 "Python workers. Pipelines needing another SDK (e.g. Java cross-language "
                 "transforms) cannot run here.")
         chosen = python[0]
+        _check_built_by_this_python(environment_id, chosen)
         embedded = beam_runner_api_pb2.Environment(
             urn=python_urns.EMBEDDED_PYTHON,
             capabilities=chosen.capabilities,
@@ -143,6 +146,23 @@ def embedded_pipeline(pipeline: beam_runner_api_pb2.Pipeline) -> beam_runner_api
     except Exception as error:
         raise InvalidJobError(f"the pipeline graph is invalid: {error}") from error
     return rewritten
+
+
+def _check_built_by_this_python(environment_id: str,
+                                environment: beam_runner_api_pb2.Environment) -> None:
+    """Refuse at Prepare what Beam's SDK harness refuses in every task: an environment whose
+    SDK (Python minor version, Beam version) is not the one the server's workers run, since
+    the pipeline's code is pickled by its Python. Same rule as the harness: equal, or the
+    submitted version a release candidate of the server's."""
+    ours = environments.sdk_base_version_capability()
+    for capability in environment.capabilities:
+        if (capability.startswith(_SDK_BASE_PREFIX) and capability != ours
+                and not ("rc" in capability and ours in capability)):
+            raise InvalidJobError(
+                f"environment {environment_id!r} was built by "
+                f"{capability[len(_SDK_BASE_PREFIX):]}, but this job server runs "
+                f"{ours[len(_SDK_BASE_PREFIX):]}: submit the pipeline from the Python minor "
+                "version and Beam version of the server, or start the server with yours")
 
 
 def _describe(environment: beam_runner_api_pb2.Environment) -> str:
