@@ -11,8 +11,10 @@ from pathlib import Path
 
 #: The repository's root.
 REPO = Path(__file__).resolve().parents[1]
-#: The project's virtualenv Python when there is one (make test), else this interpreter.
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
+#: The interpreter running the tests (the virtualenv's of make test, or of make test-python):
+#: a job started from a test runs on the Python the suite runs on, never on .venv's when the
+#: suite runs on another (its workers, given this Python by the Spark fixtures, would differ).
+PYTHON = sys.executable
 #: JVM options of every Spark JVM the tests start: a test driver runs many small jobs and
 #: gains nothing from the optimizing JIT; the quick one with the serial collector halves a
 #: short-lived driver's start-up CPU, and cut the shared sessions' model tests by 22-32%
