@@ -35,6 +35,7 @@ as options (``--security_protocol SSL --ssl_cafile ca.pem``; see docs/SECURITY.m
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import ssl
@@ -356,25 +357,36 @@ def _handshake(context: ssl.SSLContext, raw: socket.socket, host: str, server: s
             "ssl_cafile" + (", or ssl_check_hostname=False if only the name differs"
                             if "hostname" in str(error.verify_message) else "")) from None
     except ssl.SSLError as error:
-        client_cert = ("the client certificate (ssl_certfile/ssl_keyfile) was refused, or "
-                       if security.ssl_certfile else
-                       "the broker may require a client certificate (ssl_certfile, "
-                       "ssl_keyfile), or ")
-        raise KafkaSecurityError(
-            f"TLS to Kafka at {server}: {stage} failed ({error.reason or error}): "
-            f"{client_cert}the port does not speak TLS (check security_protocol="
-            f"{security.security_protocol} against the broker's listener)") from None
+        raise _tls_failed(server, stage, security, error.reason or error) from None
     except (socket.timeout, TimeoutError):
         raise KafkaSecurityError(
             f"TLS to Kafka at {server}: no answer to {stage} within {timeout_seconds:g} s: "
             f"is it a TLS listener? (security_protocol={security.security_protocol})"
         ) from None
     except OSError as error:
+        if error.errno == errno.ECONNRESET:
+            # A TLS 1.3 broker judges the client's certificate (or its absence) after the
+            # client's side of the handshake, so its refusal comes at the first answer, and
+            # the reset may overtake its alert: ssl reports that as SSLEOFError up to Python
+            # 3.12 and as ConnectionResetError from 3.13 (CPython gh-115627). One message.
+            raise _tls_failed(server, stage, security, error) from None
         raise KafkaSecurityError(
             f"TLS to Kafka at {server}: the broker closed the connection during {stage} "
             f"({type(error).__name__}: {error}): it refused the handshake (a client "
             "certificate it wants or does not trust?) or the port does not speak TLS"
         ) from None
+
+
+def _tls_failed(server: str, stage: str, security: KafkaSecurity,
+                reason: Any) -> KafkaSecurityError:
+    client_cert = ("the client certificate (ssl_certfile/ssl_keyfile) was refused, or "
+                   if security.ssl_certfile else
+                   "the broker may require a client certificate (ssl_certfile, "
+                   "ssl_keyfile), or ")
+    return KafkaSecurityError(
+        f"TLS to Kafka at {server}: {stage} failed ({reason}): "
+        f"{client_cert}the port does not speak TLS (check security_protocol="
+        f"{security.security_protocol} against the broker's listener)")
 
 
 def as_security_error(error: BaseException, servers: Sequence[str],
