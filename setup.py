@@ -21,6 +21,7 @@ setup(
         # The Spark runner uses Beam internals (fusion, the in-process SDK harness):
         # one minor version only, upgraded deliberately behind the runner-equivalence tests.
         "apache-beam==2.77.*",
+        # PySpark 4.3 needs Python 3.11: on 3.10, pip takes 4.2 (4.2.1 passes the core suite).
         "pyspark>=4.0,<5",
         "kafka-python>=3.0,<4",
         # kafka-python checks (and the producer computes) a CRC-32C per record batch; without
