@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import uuid
-from typing import Any
+from typing import Any, Dict, Set
 
 import apache_beam
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options
@@ -349,6 +349,41 @@ def annotate_side_input_readers_as_roots(stages: Any, context: Any) -> Any:
         yield stage
 
 
+def reshuffle_only_the_restrictions(stages: Any, context: Any) -> Any:
+    """A phase right after ``expand_sdf``: the Reshuffle it puts between a splittable
+    DoFn's split and its process reads only the split restrictions.
+
+    ``expand_sdf`` gives that Reshuffle all of the DoFn's inputs, side inputs too. A
+    Reshuffle has no ParDo payload saying which are side inputs, so fusion read them into
+    the Reshuffle's stage as elements to redistribute: a side input's elements (the file
+    indices of ``ReadFromCsv``) reached the DoFn as its elements, of another type. Its
+    stage then also "produced" the side input (through its read), which let
+    ``sort_stages`` place it before the stage that splits the restrictions. The side
+    inputs are the tags the DoFn's process step (which reads the Reshuffle's output)
+    declares as side inputs; that step still reads them as side inputs.
+    """
+    stages = list(stages)
+    side_tags: Dict[str, Set[str]] = {}  # a ParDo's main input -> its side input tags
+    for stage in stages:
+        for transform in stage.transforms:
+            if transform.spec.urn in PAR_DO_URNS:
+                payload = proto_utils.parse_Bytes(transform.spec.payload,
+                                                  beam_runner_api_pb2.ParDoPayload)
+                for tag, pcollection_id in transform.inputs.items():
+                    if tag not in payload.side_inputs:
+                        side_tags.setdefault(pcollection_id, set()).update(
+                            payload.side_inputs)
+    for stage in stages:
+        for transform in stage.transforms:
+            if (transform.spec.urn == common_urns.composites.RESHUFFLE.urn
+                    and len(transform.inputs) > 1):
+                (output_id,) = transform.outputs.values()
+                for tag in side_tags.get(output_id, ()):
+                    if tag in transform.inputs:
+                        del transform.inputs[tag]
+        yield stage
+
+
 def window_mapping_fn(serialized: bytes) -> Any:
     """The Python window mapping function of a side input (its serialized FunctionSpec),
     or None for one this SDK does not read (another SDK's)."""
@@ -360,7 +395,9 @@ def window_mapping_fn(serialized: bytes) -> Any:
 
 #: FnApiRunner's fusion phases, in its order (see ``FnApiRunner.create_stages``), plus
 #: ``annotate_stateful_dofns_as_roots``: a stateful stage must start at a runner-visible
-#: input so the runner can partition that input by key before the stage runs.
+#: input so the runner can partition that input by key before the stage runs; and
+#: ``reshuffle_only_the_restrictions`` (the runner executes the Reshuffle ``expand_sdf``
+#: adds, which FnApiRunner does not).
 FUSION_PHASES = (
     translations.annotate_downstream_side_inputs,
     translations.annotate_stateful_dofns_as_roots,
@@ -368,6 +405,7 @@ FUSION_PHASES = (
     translations.pack_combiners,
     translations.lift_combiners,
     translations.expand_sdf,
+    reshuffle_only_the_restrictions,
     translations.expand_gbk,
     translations.sink_flattens,
     translations.greedily_fuse,

@@ -224,13 +224,55 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
         use_microsecond_timestamps(context.components, common_urns.coders.WINDOWED_VALUE.urn,
                                    common_urns.coders.TIMER.urn)
     builder = _PlanBuilder(context, chain_steps)
-    specs = [builder.stage_spec(index, stage) for index, stage in enumerate(stages)]
+    specs = in_dependency_order(
+        [builder.stage_spec(index, stage) for index, stage in enumerate(stages)])
     readers: Dict[bytes, int] = {}
     for spec in specs:
         for buffer_id in ([i.buffer_id for i in spec.inputs]
                           + [s.buffer_id for s in spec.side_inputs]):
             readers[buffer_id] = readers.get(buffer_id, 0) + 1
     return ExecutionPlan(specs, builder.groups, context.components, readers)
+
+
+def in_dependency_order(specs: List[StageSpec]) -> List[StageSpec]:
+    """The stages with each one after every stage that writes what it reads (its inputs and
+    side inputs), otherwise in their order.
+
+    A pass runs the stages in the plan's order, and a stage whose input has not been
+    written yet has nothing to do: it would run nothing, silently. Beam's ``sort_stages``
+    orders by the stages' reads and ``must_follow``, and a stage that reads a PCollection
+    as a main input counts as one of its producers, so a cycle can put a stage before its
+    input's writer; this order is by the buffers alone.
+
+    >>> first = StageSpec(0, "a", SDK_STAGE, (), (("w", b"x"),))
+    >>> second = StageSpec(1, "b", SDK_STAGE, (InputSpec("r", b"x", "c"),), ())
+    >>> [spec.name for spec in in_dependency_order([second, first])]
+    ['a', 'b']
+    """
+    writers: Dict[bytes, List[StageSpec]] = {}
+    for spec in specs:
+        for _, buffer_id in spec.outputs:
+            writers.setdefault(buffer_id, []).append(spec)
+    ordered: List[StageSpec] = []
+    placed: set = set()
+
+    def place(spec: StageSpec, path: Tuple[int, ...]) -> None:
+        if spec.index in placed:
+            return
+        if spec.index in path:
+            raise UnsupportedPipelineError(
+                f"the stages {[s.name for s in specs if s.index in path]} read each other's "
+                f"outputs in a cycle")
+        reads = [i.buffer_id for i in spec.inputs] + [i.buffer_id for i in spec.side_inputs]
+        for buffer_id in reads:
+            for writer in writers.get(buffer_id, ()):
+                place(writer, path + (spec.index,))
+        placed.add(spec.index)
+        ordered.append(spec)
+
+    for spec in specs:
+        place(spec, ())
+    return ordered
 
 
 class _PlanBuilder:
@@ -353,7 +395,15 @@ class _PlanBuilder:
         """A Reshuffle moves encoded elements as they are, unless Beam inferred another coder
         for its output than its input has (a KV coder for pairs that came in pickled): then
         they are decoded and re-encoded with the SDK's own coders, as the safe coders hold
-        such values as opaque bytes."""
+        such values as opaque bytes.
+
+        Its one input is the elements it redistributes (``reshuffle_only_the_restrictions``
+        keeps a splittable DoFn's side inputs out of the Reshuffle ``expand_sdf`` adds):
+        elements of another input, decoded with their coder, would change type."""
+        if len(inputs) != 1:
+            raise UnsupportedPipelineError(
+                f"the Reshuffle stage {name!r} reads {len(inputs)} inputs "
+                f"({[spec.transform_id for spec in inputs]}); a Reshuffle redistributes one")
         input_id = next(next(iter(t.outputs.values())) for t in transforms
                         if t.spec.urn == DATA_INPUT_URN)
         output_id = next((next(iter(t.inputs.values())) for t in transforms

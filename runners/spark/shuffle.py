@@ -320,6 +320,9 @@ def deal_elements(input_coder_id: str, output_coder_id: str, components: SharedC
         if type(record) is not Elements:
             yield 0, record
             continue
+        if record.port != 0:  # decoded with another input's coder, they would change type
+            raise ValueError(f"a Reshuffle has one input, but elements came on port "
+                             f"{record.port}: the stage's plan is wrong")
         for element, encoded in iter_encoded(input_impl, record.data):
             yield position, encoded if output_impl is None else output_impl.encode_nested(element)
             position += 1

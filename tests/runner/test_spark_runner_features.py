@@ -181,6 +181,47 @@ def test_splittable_dofn(make_pipeline):
         assert_that(numbers, equal_to(list(range(10)) + list(range(3))))
 
 
+class Span:
+    """A plain object (pickled by Beam's coder): what a splittable DoFn's element may be."""
+
+    def __init__(self, name, size):
+        self.name = name
+        self.size = size
+
+
+class CountInSpan(beam.DoFn, beam.RestrictionProvider):
+    """A splittable DoFn with a side input: each offset of a span, plus the span's base."""
+
+    def initial_restriction(self, span):
+        return OffsetRange(0, span.size)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, span, restriction):
+        return restriction.size()
+
+    def process(self, span, bases, tracker=beam.DoFn.RestrictionParam()):
+        if not isinstance(span, Span):
+            raise TypeError(f"a Span was sent, a {type(span).__name__} came: {span!r}")
+        position = tracker.current_restriction().start
+        while tracker.try_claim(position):
+            yield span.name, bases[span.name] + position
+            position += 1
+
+
+def test_splittable_dofn_with_a_side_input(make_pipeline):
+    """Beam puts a Reshuffle between a splittable DoFn's split and its process, and gives
+    it the DoFn's side inputs as inputs too: the side input's elements must not join the
+    reshuffled ones (they came to the DoFn as its elements, of another type)."""
+    with make_pipeline() as p:
+        bases = p | "Bases" >> beam.Create([("a", 100), ("b", 200)])
+        numbers = (p | beam.Create([Span("a", 3), Span("b", 2)])
+                   | beam.ParDo(CountInSpan(), beam.pvalue.AsDict(bases)))
+        assert_that(numbers, equal_to([("a", 100), ("a", 101), ("a", 102),
+                                       ("b", 200), ("b", 201)]))
+
+
 def test_dofn_holding_a_large_object(make_pipeline):
     # A lookup table of about 360 KB (pickled, compressed) travels with the DoFn: the
     # SparkRunner broadcasts such stage descriptors instead of shipping them with each task.
