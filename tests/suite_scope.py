@@ -119,6 +119,10 @@ EXTENDED: Dict[str, str] = {
     "_joins_a_connect_server": "a worker joining a keyed job through a Connect server of the "
         "cluster (150 s with the server's start): the core suite joins one on classic Spark, "
         "and unit-tests the choice of partitions both backends share",
+    "runner/test_spark_cluster_paths.py::": "relative paths from a driver on the two-worker "
+        "cluster, in a directory its workers do not see and in one they do (~40 s with the "
+        "cluster's start): the core suite runs the paths' checks in-process, and relative "
+        "paths after a chdir on classic Spark and Spark Connect",
     "runner/test_spark_ui_names.py::": "Beam's step names read back from the event log of a "
         "run in a driver of its own (25 s): the core suite runs the names' documented "
         "examples (spark_names, bundle_names)",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import uuid
-from typing import Any, Dict, Set
+from typing import Any, Dict, List, Set
 
 import apache_beam
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options
@@ -382,6 +382,34 @@ def reshuffle_only_the_restrictions(stages: Any, context: Any) -> Any:
                     if tag in transform.inputs:
                         del transform.inputs[tag]
         yield stage
+
+
+def file_paths_named_by(transform: Any) -> List[Any]:
+    """The file paths or patterns a transform of Beam's file IO was given, each a ``str`` or
+    a ``ValueProvider``: a file-based source's or sink's (``ReadFromText``, ``WriteToText``,
+    Avro, Parquet, TFRecord: through their ``Read`` and ``Write``), ``fileio.MatchFiles``'
+    and ``fileio.WriteToFiles``', and the pandas-based reads and writes' (``ReadFromCsv``,
+    ``WriteToJson``, ...); none for any other transform."""
+    from apache_beam.io import fileio, iobase
+    from apache_beam.io.filebasedsink import FileBasedSink
+    from apache_beam.io.filebasedsource import FileBasedSource
+
+    if isinstance(transform, iobase.Read) and isinstance(transform.source, FileBasedSource):
+        return [transform.source._pattern]
+    if (isinstance(transform, (iobase.Write, iobase.WriteImpl))
+            and isinstance(transform.sink, FileBasedSink)):
+        return [transform.sink.file_path_prefix]
+    if isinstance(transform, fileio.MatchFiles):
+        return [transform._file_pattern]
+    if isinstance(transform, fileio.WriteToFiles):
+        return [transform.path]
+    try:
+        from apache_beam.dataframe.io import _ReadFromPandas, _WriteToPandas
+    except ImportError:  # Beam's dataframe extra (pandas) is not installed
+        return []
+    if isinstance(transform, (_ReadFromPandas, _WriteToPandas)):
+        return [transform.path]
+    return []
 
 
 def window_mapping_fn(serialized: bytes) -> Any:

@@ -61,6 +61,7 @@ from runners.spark.records import Elements
 from runners.spark.side_inputs import TaskStateHandler
 from runners.spark.window_assignment import use_native_window_assignment
 from runners.spark.dependencies.worker import JobEnvironment, prepare_python_worker
+from runners.spark.working_directory import in_driver_directory
 
 #: (descriptor digest, run, side-input table digest) -> idle processors, per Python worker
 #: process (:attr:`StageTask.pool_key`).
@@ -263,8 +264,15 @@ def process_partition(
     Yields ``Elements`` on the stage's output ports, then the reports; raises
     :class:`TaskFailure` carrying the user's exception when a bundle fails. With ``deferred``
     (streaming), residuals of self-checkpointing splittable DoFns and bundle finalizations
-    are handed back in it instead of being run here.
+    are handed back in it instead of being run here. It runs in the driver's working
+    directory (:mod:`~runners.spark.working_directory`).
     """
+    with in_driver_directory(task.environment.working_directory):
+        yield from _process_partition(task, records, deferred)
+
+
+def _process_partition(task: StageTask, records: Iterator[Any],
+                       deferred: Optional["DeferredWork"]) -> Iterator[Any]:
     stage = task.stage
     output_index = {transform_id: index for index, (transform_id, _) in enumerate(stage.outputs)}
     processor = checkout(task)

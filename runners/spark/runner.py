@@ -13,22 +13,27 @@ On a cluster the executors need only Python and the project's third-party depend
 the project's own packages are shipped with the job (:mod:`~runners.spark.dependencies.
 project`), and so is what the pipeline stages with Beam's ``--requirements_file``,
 ``--extra_package``, ``--setup_file`` and ``--save_main_session``
-(:mod:`~runners.spark.dependencies.staging`).
+(:mod:`~runners.spark.dependencies.staging`). Relative file paths in a pipeline mean the
+driver's working directory as it is when the pipeline runs, as on the DirectRunner: the
+tasks run there, and where the workers do not see it a pipeline naming one is refused
+before it starts (:mod:`~runners.spark.working_directory`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import signal
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner
 
 from runners.spark import backends
 from runners.spark import options as spark_options
-from runners.spark import planning, support
+from runners.spark import planning, support, working_directory
 from runners.spark.backends.base import Backend
 from runners.spark.dependencies import staging
 from runners.spark.dependencies.worker import JobEnvironment
@@ -80,7 +85,8 @@ class SparkRunner(PipelineRunner):
 
     def run_pipeline(self, pipeline, options: PipelineOptions) -> SparkPipelineResult:
         return self._run(planning.pipeline_proto(pipeline, options), options,
-                         stage_dependencies=True)
+                         stage_dependencies=True,
+                         relative_paths=working_directory.relative_paths(pipeline))
 
     def run_portable_pipeline(
         self, proto: Any, options: PipelineOptions,
@@ -98,7 +104,8 @@ class SparkRunner(PipelineRunner):
         return backends.open_backend(self._spark, options)
 
     def _run(self, proto: Any, options: PipelineOptions, stage_dependencies: bool,
-             environment: JobEnvironment = JobEnvironment()) -> SparkPipelineResult:
+             environment: JobEnvironment = JobEnvironment(),
+             relative_paths: Sequence[Tuple[str, str]] = ()) -> SparkPipelineResult:
         view = spark_options.validated(options)
         streaming = support.runs_in_streaming(proto, options, log_mode=True)
         support.check_supported(proto, streaming)
@@ -113,10 +120,17 @@ class SparkRunner(PipelineRunner):
             options.is_compat_version_prior_to(RESHUFFLE_KEEPS_PANES_SINCE)),
             chain_steps=view.chain_simple_steps)
         backend = self.backend(options)
+        # Relative paths mean the driver's working directory as it is now, at the start.
+        directory = os.getcwd()
+        driver_directory = working_directory.DriverDirectory(
+            directory, backend.sees_directory(directory))
+        working_directory.check_relative_paths(relative_paths, driver_directory,
+                                               backend.describe())
         if stage_dependencies:
             shipped = staging.stage_for_executors(backend, options)
             if shipped is not None:
                 environment = shipped.environment()
+        environment = dataclasses.replace(environment, working_directory=driver_directory)
         metrics = backend.run_metrics()
         parallelism = view.spark_parallelism or backend.default_parallelism
         if streaming:

@@ -243,6 +243,15 @@ class Backend(abc.ABC):
     def partition_affinity(self, partitions: int) -> PartitionAffinity:
         """Placement of a streaming run's keyed partitions."""
 
+    def sees_directory(self, path: str) -> bool:
+        """Whether this Spark's Python workers see the driver's directory ``path``: the
+        same files, so that a relative path means there what it means to the driver
+        (:mod:`runners.spark.working_directory`). This default asks with one small Spark
+        job each time."""
+        from runners.spark.working_directory import probe_directory
+
+        return probe_directory(self, path)
+
     # ----- code and files for the workers
     @abc.abstractmethod
     def ship_project(self) -> None:

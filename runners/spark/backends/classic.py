@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, Callable, Iterable, List, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from py4j.clientserver import ClientServer
@@ -51,6 +51,9 @@ LOCAL_SETTINGS = {
 }
 
 Broadcast.register(SparkBroadcast)
+
+#: (application id, directory) -> whether the application's workers see the directory.
+_SEEN_DIRECTORIES: Dict[Tuple[str, str], bool] = {}
 
 
 class MonitoringInfoAccumulator(AccumulatorParam):
@@ -189,6 +192,16 @@ class ClassicBackend(Backend):
 
     def partition_affinity(self, partitions: int) -> PartitionAffinity:
         return AnchoredAffinity(self.spark_context, partitions, enabled=not self.single_executor)
+
+    def sees_directory(self, path: str) -> bool:
+        """On a local master the workers are this host's processes: yes. On a cluster, one
+        probe job per directory and application (a backend is made per run)."""
+        if self.single_executor:
+            return True
+        key = (self.spark_context.applicationId, path)
+        if key not in _SEEN_DIRECTORIES:
+            _SEEN_DIRECTORIES[key] = super().sees_directory(path)
+        return _SEEN_DIRECTORIES[key]
 
     def ship_project(self) -> None:
         """On a cluster, the project's packages as a Python file every task puts on its path

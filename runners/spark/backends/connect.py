@@ -184,7 +184,7 @@ class ConnectDataset(Dataset):
         return self._apply(RecordsWriter(self.backend.binary), RECORDS_SCHEMA)
 
     def _apply(self, writer: Callable[[Iterable[Any]], Iterator[Any]], schema: StructType) -> Any:
-        task = PartitionTask(self._reader, self._steps, writer, self.backend.working_directory())
+        task = PartitionTask(self._reader, self._steps, writer)
         return self._frame.mapInArrow(task, schema)
 
     def unpersist(self) -> None:
@@ -368,10 +368,13 @@ class ConnectBackend(Backend):
         return ConnectDataset(self, frame.repartitionById(partitions, rows.PARTITION),
                               partitions=partitions, known_empty=True)
 
-    def working_directory(self) -> Optional[str]:
-        """Where tasks run: the driver's working directory when the workers see it (relative
-        paths then mean there what they mean to the driver), else None (the worker's own)."""
-        return os.getcwd() if self.facts.sees_driver_files else None
+    def sees_directory(self, path: str) -> bool:
+        """Known for the directory the session was checked in; else one probe job per
+        directory and session."""
+        seen = self.facts.seen_directories
+        if path not in seen:
+            seen[path] = super().sees_directory(path)
+        return seen[path]
 
     def stop(self) -> None:
         with self._LOCK:

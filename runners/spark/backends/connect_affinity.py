@@ -117,8 +117,7 @@ class PointerAffinity(PartitionAffinity):
         else:
             frame = dataset.partitioned_frame
         task = PlacedTask(PartitionTask(dataset.reader, dataset.steps + ((True, function),),
-                                        RecordsWriter(self.backend.binary),
-                                        self.backend.working_directory()),
+                                        RecordsWriter(self.backend.binary)),
                           self.backend.binary).function()
         placed = pointer.groupBy(rows.PARTITION).cogroup(
             frame.groupBy(rows.PARTITION)).applyInArrow(task, self.backend.records_schema)

@@ -10,10 +10,11 @@ What the runner needs of the server and of its Python workers, asked with one sm
   before; Beam and the project's other third-party dependencies must be installed there).
 
 The same query asks whether the workers see the driver's working directory (a server on
-this host, or a folder they share). Then tasks run there, and a relative path in a pipeline
-(``--output counts``) means what it means to the driver, as on classic Spark's local
-master; else a worker runs in its session's own folder on the server, gone with the
-session, and the runner says so once.
+this host, or a folder they share): whether they find a file the driver has just made
+there. A run started in that directory knows it without another query
+(:mod:`runners.spark.working_directory`: tasks run there, and a relative path in a
+pipeline, ``--output counts``, means what it means to the driver; where the workers do
+not see it, such a pipeline is refused before it starts).
 
 A session that fails is refused with :class:`ConnectSessionError`, naming what is missing
 and what to do. The facts the runner uses later come back as :class:`SessionFacts`.
@@ -26,21 +27,23 @@ and what to do. The facts the runner uses later come back as :class:`SessionFact
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import logging
 import os
 import pickle
 import re
 import sys
+import tempfile
 from typing import Any, Dict, Optional, Tuple
 
 import apache_beam
+
+from runners.spark.working_directory import PROBE_FILE_PREFIX
 
 #: Spark Connect servers older than this lack an API the runner uses (repartitionById).
 MINIMUM_SERVER = (4, 1)
 _SPLITS = re.compile(r"splits=(\d+)")
 _ARROW_LARGE_TYPES = "spark.sql.execution.arrow.useLargeVarTypes"
-_LOGGER = logging.getLogger(__name__)
 
 
 class ConnectSessionError(RuntimeError):
@@ -56,7 +59,9 @@ class SessionFacts:
     single_executor: bool = False  # a local master: every task on one executor
     large_binary: bool = False  # Arrow batches carry binary columns as large_binary
     workers: Dict[str, str] = dataclasses.field(default_factory=dict)  # the probe's answer
-    sees_driver_files: bool = False  # the workers see the driver's working directory
+    #: directory of the driver -> whether the workers see it (the working directory the
+    #: session was checked in; the backend adds the directories its runs start in)
+    seen_directories: Dict[str, bool] = dataclasses.field(default_factory=dict)
 
 
 def server_version(text: str) -> Tuple[int, int]:
@@ -91,19 +96,26 @@ def check_session(session: Any, where: str) -> SessionFacts:
     facts.default_parallelism = splits_of(
         session.range(0, 1)._explain_string(extended=False)) or 2
     directory = os.getcwd()
-    facts.workers = _probe(session, facts.large_binary, where, directory)
+    try:  # a file of the driver's that the workers look for (removed after)
+        handle, marker = tempfile.mkstemp(prefix=PROBE_FILE_PREFIX, dir=directory)
+        os.close(handle)
+    except OSError:  # the driver cannot write there: its runs will probe the directory
+        marker = None
+    try:
+        facts.workers = _probe(session, facts.large_binary, where, directory,
+                               marker and os.path.basename(marker))
+    finally:
+        if marker is not None:
+            with contextlib.suppress(OSError):
+                os.remove(marker)
     _check_workers(facts.workers, where)
-    facts.sees_driver_files = facts.workers.get("sees_directory") == "yes"
-    if not facts.sees_driver_files:
-        _LOGGER.warning(
-            "%s: its Python workers do not see this driver's working directory (%s): a "
-            "relative file path in a pipeline (an input, an --output) resolves in the "
-            "session's own folder on the server and is gone with the session; give absolute "
-            "paths on storage the workers share, or URLs (s3://...)", where, directory)
+    if marker is not None:
+        facts.seen_directories[directory] = facts.workers.get("sees_directory") == "yes"
     return facts
 
 
-def _probe(session: Any, large_binary: bool, where: str, directory: str) -> Dict[str, str]:
+def _probe(session: Any, large_binary: bool, where: str, directory: str,
+           marker: Optional[str]) -> Dict[str, str]:
     """One task that reports what its Python worker has (pickled by value: it must run
     where the project is not importable, to say so)."""
     from pyspark.sql.types import BinaryType, StructField, StructType
@@ -119,7 +131,9 @@ def _probe(session: Any, large_binary: bool, where: str, directory: str) -> Dict
         for _ in batches:
             pass
         found = {"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
-                 "sees_directory": "yes" if os.path.isdir(directory) else "no"}
+                 "sees_directory": "yes" if os.path.isdir(directory) and (
+                     marker is None or os.path.exists(os.path.join(directory, marker)))
+                 else "no"}
         for module in ("apache_beam", "pyspark", "runners.spark.bundles"):
             try:
                 found[module] = getattr(importlib.import_module(module), "__version__", "yes")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import pickle
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -110,26 +109,15 @@ class PartitionTask:
     """What ``mapInArrow`` runs for one partition: read, apply the steps in order, write."""
 
     def __init__(self, reader: Reader, steps: Tuple[Step, ...],
-                 writer: Callable[[Iterable[Any]], Iterator[pa.RecordBatch]],
-                 working_directory: Optional[str] = None) -> None:
+                 writer: Callable[[Iterable[Any]], Iterator[pa.RecordBatch]]) -> None:
         self.reader = reader
         self.steps = steps
         self.writer = writer
-        # The driver's, when the workers see it: relative paths (a sink's output, a source's
-        # files) then mean there what they mean to the driver, as on classic Spark's local
-        # master. A Connect worker otherwise runs in its session's own folder on the server.
-        self.working_directory = working_directory
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        return self.run_at(TaskContext.get().partitionId(), batches)
-
-    def run_at(self, index: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """:meth:`run`, in the driver's working directory where the worker sees it."""
-        if self.working_directory is None or not os.path.isdir(self.working_directory):
-            return self.run(index, batches)
-        return _in_directory(self.working_directory, lambda: self.run(index, batches))
+        return self.run(TaskContext.get().partitionId(), batches)
 
     def run(self, index: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The task over ``batches``; ``index`` is the task's partition (a hint for the
@@ -154,7 +142,7 @@ class PlacedTask:
     def run(self, key: Tuple[Any, ...], pointer: pa.Table, records: pa.Table) -> pa.Table:
         """The key partition ``key[0]`` (an Arrow scalar): its pointer row (ignored) and its
         input rows."""
-        batches = list(self.task.run_at(key[0].as_py(), records.to_batches()))
+        batches = list(self.task.run(key[0].as_py(), records.to_batches()))
         return pa.Table.from_batches(batches, schema=self.schema)
 
     def function(self) -> Callable[[Tuple[Any, ...], pa.Table, pa.Table], pa.Table]:
@@ -181,17 +169,6 @@ class PointerTask:
             for partition in batch.column(0).to_pylist():
                 results.extend(self.function(partition, iter(())))
         return rows.write_records(results, self.binary)
-
-
-def _in_directory(directory: str, produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
-    """``produce()``'s items, made with ``directory`` as the working directory (the worker's
-    own is back once the task is done: the worker process serves later tasks)."""
-    previous = os.getcwd()
-    os.chdir(directory)
-    try:
-        yield from produce()
-    finally:
-        os.chdir(previous)
 
 
 # ----- from the driver, and back

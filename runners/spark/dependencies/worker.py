@@ -35,6 +35,8 @@ import threading
 import zipfile
 from typing import Optional, Set
 
+from runners.spark.working_directory import DriverDirectory
+
 _LOCK = threading.Lock()
 _LOADED_SESSIONS: Set[str] = set()
 _SITES: Set[str] = set()
@@ -57,15 +59,20 @@ def main_session_file_name(path: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class JobEnvironment:
     """What a job staged for its Python workers, by the names tasks find the files under
-    (``SparkFiles.get``); None where it staged nothing of the kind.
+    (``SparkFiles.get``); None where it staged nothing of the kind. And where its tasks
+    run: the driver's working directory when the run started.
 
     Attributes:
       site: the job's installed packages, zipped.
       main_session: its pickled main session.
+      working_directory: the driver's directory and whether the workers see it (tasks run
+        there: :func:`runners.spark.working_directory.in_driver_directory`); None for a
+        task of no run.
     """
 
     site: Optional[str] = None
     main_session: Optional[str] = None
+    working_directory: Optional[DriverDirectory] = None
 
 
 def prepare_python_worker(environment: JobEnvironment) -> None:

@@ -32,10 +32,18 @@ from runners.spark.streaming.state import (
     processing_micros,
 )
 from runners.spark.streaming.state_store import KeyState
+from runners.spark.working_directory import in_driver_directory
 
 
 def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: int,
                                records: Iterable[Any]) -> Iterator[Any]:
+    """One key partition of the stage in this batch, in the driver's working directory."""
+    with in_driver_directory(task.environment.working_directory):
+        yield from _process_stateful_partition(task, batch, partition, records)
+
+
+def _process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: int,
+                                records: Iterable[Any]) -> Iterator[Any]:
     stage = task.stage
     output_index = {transform_id: index for index, (transform_id, _) in enumerate(stage.outputs)}
     by_key: Dict[bytes, List[Tuple[int, bytes]]] = {}
