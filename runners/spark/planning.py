@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import heapq
 from typing import Dict, List, Optional, Tuple
 
 from apache_beam.options.pipeline_options import TypeOptions
@@ -249,29 +250,32 @@ def in_dependency_order(specs: List[StageSpec]) -> List[StageSpec]:
     >>> [spec.name for spec in in_dependency_order([second, first])]
     ['a', 'b']
     """
-    writers: Dict[bytes, List[StageSpec]] = {}
-    for spec in specs:
+    writers: Dict[bytes, List[int]] = {}
+    for position, spec in enumerate(specs):
         for _, buffer_id in spec.outputs:
-            writers.setdefault(buffer_id, []).append(spec)
+            writers.setdefault(buffer_id, []).append(position)
+    readers: List[List[int]] = [[] for _ in specs]
+    waiting = [0] * len(specs)  # writers of what each stage reads, not yet placed
+    for position, spec in enumerate(specs):
+        reads = {i.buffer_id for i in spec.inputs} | {i.buffer_id for i in spec.side_inputs}
+        for writer in {writer for buffer_id in reads for writer in writers.get(buffer_id, ())
+                       if writer != position}:
+            readers[writer].append(position)
+            waiting[position] += 1
+    ready = [position for position, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
     ordered: List[StageSpec] = []
-    placed: set = set()
-
-    def place(spec: StageSpec, path: Tuple[int, ...]) -> None:
-        if spec.index in placed:
-            return
-        if spec.index in path:
-            raise UnsupportedPipelineError(
-                f"the stages {[s.name for s in specs if s.index in path]} read each other's "
-                f"outputs in a cycle")
-        reads = [i.buffer_id for i in spec.inputs] + [i.buffer_id for i in spec.side_inputs]
-        for buffer_id in reads:
-            for writer in writers.get(buffer_id, ()):
-                place(writer, path + (spec.index,))
-        placed.add(spec.index)
-        ordered.append(spec)
-
-    for spec in specs:
-        place(spec, ())
+    while ready:  # the first ready stage in the given order: an order that holds is kept
+        position = heapq.heappop(ready)
+        ordered.append(specs[position])
+        for reader in readers[position]:
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                heapq.heappush(ready, reader)
+    if len(ordered) < len(specs):
+        raise UnsupportedPipelineError(
+            f"the stages {[spec.name for spec, count in zip(specs, waiting) if count]} "
+            "read each other's outputs in a cycle")
     return ordered
 
 
