@@ -33,6 +33,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import sys
 import tempfile
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
@@ -120,6 +121,8 @@ def in_driver_directory(directory: Optional[DriverDirectory]) -> Iterator[None]:
             previous: Optional[str] = os.getcwd()
         except OSError:  # the worker's own directory is gone: nothing to go back to
             previous = None
+        else:
+            _anchor_the_workers_own_paths(previous)
         os.chdir(directory.path)
         try:
             yield
@@ -133,6 +136,28 @@ def in_driver_directory(directory: Optional[DriverDirectory]) -> Iterator[None]:
         yield
     finally:
         _REFUSING.pop()
+
+
+def _anchor_the_workers_own_paths(here: str) -> None:
+    """Spark starts a Python worker in its executor's directory and names the files it
+    ships relative to it (on a cluster's executors PySpark's ``SparkFiles`` root is ``.``,
+    and the ``sys.path`` entries of ``addPyFile``'s files are under it): made absolute, at
+    each task (PySpark sets them again), before the task leaves that directory, or the
+    worker would look for its own files in the driver's directory."""
+    anchored: List[str] = []
+    for entry in sys.path:
+        if not os.path.isabs(entry):
+            entry = os.path.normpath(os.path.join(here, entry))
+        if entry not in anchored:
+            anchored.append(entry)
+    sys.path[:] = anchored
+    try:
+        from pyspark import SparkFiles
+    except ImportError:  # a PySpark without classic Spark's files (pyspark-client)
+        return
+    root = SparkFiles._root_directory
+    if root is not None and not os.path.isabs(root):
+        SparkFiles._root_directory = os.path.normpath(os.path.join(here, root))
 
 
 #: The driver directories whose relative paths the running task refuses (innermost last):

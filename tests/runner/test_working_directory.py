@@ -10,6 +10,7 @@ a relative path fails the job, naming the path.
 from __future__ import annotations
 
 import os
+import sys
 
 import apache_beam as beam
 import pytest
@@ -68,6 +69,26 @@ def test_tasks_run_in_the_drivers_directory_where_the_workers_see_it(tmp_path):
         assert [m.path for m in FileSystems.match(["./in.txt"])[0].metadata_list] == [
             "./in.txt"]
     assert os.getcwd() == before
+
+
+def test_a_workers_own_files_stay_where_spark_put_them(tmp_path, monkeypatch):
+    """On a cluster's executor PySpark names the worker's files relative to its directory
+    (``SparkFiles`` root ``.``, ``sys.path`` entries of ``addPyFile``'s zips): a task in the
+    driver's directory still finds them where they are."""
+    from pyspark import SparkFiles
+
+    worker, driver = tmp_path / "executor", tmp_path / "driver"
+    worker.mkdir(), driver.mkdir()
+    (worker / "shipped.txt").write_text("x")
+    monkeypatch.chdir(worker)
+    monkeypatch.setattr(SparkFiles, "_root_directory", ".")
+    monkeypatch.setattr(SparkFiles, "_is_running_on_worker", True)
+    monkeypatch.setattr("sys.path", ["./project.zip"] + sys.path)
+    with in_driver_directory(DriverDirectory(str(driver), seen=True)):
+        assert os.getcwd() == str(driver)
+        assert SparkFiles.get("shipped.txt") == str(worker / "shipped.txt")
+        assert sys.path[0] == str(worker / "project.zip")
+    assert os.getcwd() == str(worker)
 
 
 def test_a_task_whose_worker_does_not_see_the_directory_refuses_relative_paths(tmp_path):
