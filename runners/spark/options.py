@@ -20,7 +20,7 @@ Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
 ``--streaming_report FILE``        append one JSON line per micro-batch to FILE (progress,
                                    watermarks, state; format in :mod:`runners.spark.streaming.loop`)
 ``--checkpoint_dir DIR``           checkpoint the loop to DIR and resume from it on restart
-                                   (see :mod:`runners.spark.streaming.checkpoint`)
+                                   (see :mod:`runners.spark.state.checkpoint`)
 ``--checkpoint_interval_batches N``  micro-batches between checkpoints (default 10)
 ``--storage_retry_seconds S``      how long one operation of the checkpoint location retries
                                    transient errors before the batch fails (default 180)

@@ -31,18 +31,17 @@ from typing import Any, Optional, Sequence, Tuple
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner
 
-from runners.spark import backends
+from runners.spark import backends, planning, support, working_directory
 from runners.spark import options as spark_options
-from runners.spark import planning, support, working_directory
 from runners.spark.backends.base import Backend
 from runners.spark.dependencies import staging
 from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.execution import PlanExecution
 from runners.spark.result import ProgressListener, SparkPipelineResult
+from runners.spark.state.storage.faults import take_retries
+from runners.spark.state.storage.filesystems import DurableStorage
+from runners.spark.state.update import NameMapping
 from runners.spark.streaming.loop import StreamingExecution
-from runners.spark.streaming.storage import DurableStorage
-from runners.spark.streaming.storage_faults import take_retries
-from runners.spark.streaming.update import NameMapping
 
 _LOGGER = logging.getLogger(__name__)
 

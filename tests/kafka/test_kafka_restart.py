@@ -30,8 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from runners.spark.state.checkpoint import latest_checkpoint, read_manifest
+
 from kafka_fixtures import recent_base_seconds
-from runners.spark.streaming.checkpoint import latest_checkpoint, read_manifest
 from kafka_jobs import (
     PARTITIONS,
     PER_PARTITION,

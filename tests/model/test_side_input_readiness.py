@@ -223,7 +223,7 @@ def test_held_main_elements_survive_a_checkpoint_and_restart(runner, tmp_path):
     import json
     import os
 
-    from runners.spark.streaming.checkpoint import latest_checkpoint, read_manifest
+    from runners.spark.state.checkpoint import latest_checkpoint, read_manifest
 
     def run(directory, **options):
         os.makedirs(directory)

@@ -2,7 +2,7 @@
 
 Keyed state is a cache on the executor that runs a key partition, durable in the
 checkpoint location at every batch: a task on another executor rebuilds its store from
-there (``runners/spark/streaming/state_files.py``), and tasks go back to the executor that
+there (``runners/spark/state/changelog.py``), and tasks go back to the executor that
 holds their store (``placement.py``). Each test runs a driver process of its own on the
 cluster (``cluster_job.py``: every key touched in every batch, windows closing during the
 run, a GroupByKey and a stateful DoFn), and compares what it wrote with the same pipeline

@@ -17,9 +17,10 @@ from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
 from runners.spark import planning
 from runners.spark.options import is_local_master
+from runners.spark.state.storage.filesystems import DurableStorage, StorageError
+from runners.spark.state.store import RUN_DIRECTORY_PREFIX
 from runners.spark.streaming.loop import check_durable_state
-from runners.spark.streaming.state_store import RUN_DIRECTORY_PREFIX
-from runners.spark.streaming.storage import DurableStorage, StorageError
+
 from cluster_fixtures import s3_bucket, s3_server  # noqa: F401 (fixtures)
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 

@@ -27,13 +27,14 @@ from apache_beam.testing import test_stream as streams
 from apache_beam.transforms import userstate
 from apache_beam.transforms.trigger import AccumulationMode, AfterCount, AfterWatermark
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
+from test_spark_streaming_checkpoint import RunningCount
 
 from runners.spark import SparkRunner
-from runners.spark.streaming.checkpoint import IncompatibleUpdateError
+from runners.spark.state.checkpoint import IncompatibleUpdateError
+from triggers.panes import DescribePanes
+
 from connect_fixtures import no_classic_spark, spark_connect  # noqa: F401 (fixtures)
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
-from test_spark_streaming_checkpoint import RunningCount
-from triggers.panes import DescribePanes
 
 #: The old pipeline runs this many batches (the events before the cut) and stops.
 CUT = 4

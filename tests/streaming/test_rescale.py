@@ -30,8 +30,8 @@ from apache_beam.transforms import userstate
 from apache_beam.transforms.trigger import AccumulationMode, AfterCount, AfterWatermark
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
-from runners.spark.streaming.checkpoint import latest_checkpoint, read_manifest
-from runners.spark.streaming.rescale import rescaled_directory
+from runners.spark.state.checkpoint import latest_checkpoint, read_manifest
+from runners.spark.state.rescale import rescaled_directory
 from triggers.panes import DescribePanes
 
 KEYS = [f"k{index:02d}" for index in range(24)]
@@ -185,9 +185,11 @@ def test_a_job_resumed_at_8_then_at_2_partitions_gives_the_panes_of_an_uninterru
 def resume_and_kill_during_the_resplit(checkpoint_dir: str, directory: str) -> None:
     """The crash test's driver (in a subprocess): resumes at 8 partitions, and SIGKILLs
     itself once the re-split has written a new partition (its job still running)."""
-    from runners.spark import SparkRunner
-    from spark_fixtures import shared_spark_session
     import threading
+
+    from runners.spark import SparkRunner
+
+    from spark_fixtures import shared_spark_session
 
     manifest = read_manifest(latest_checkpoint(checkpoint_dir))
     steps = sorted(manifest["state_files"])

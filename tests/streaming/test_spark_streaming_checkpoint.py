@@ -37,22 +37,23 @@ from apache_beam.transforms import userstate
 from apache_beam.transforms.trigger import AccumulationMode, AfterCount, AfterWatermark
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
-from runners.spark.streaming.checkpoint import (
+from runners.spark.state.changelog import StateFile, file_name
+from runners.spark.state.checkpoint import (
     MANIFEST,
     CheckpointError,
     CheckpointMismatchError,
     latest_checkpoint,
     read_manifest,
 )
-from runners.spark.streaming.state import (
+from runners.spark.state.encoding import (
     StateVersionError,
     TriggerStateCodec,
     decode_user_state,
 )
-from runners.spark.streaming.state_files import StateFile, file_name
-from runners.spark.streaming.state_store import step_directory_name
-from spark_fixtures import spark_session  # noqa: F401 (fixture)
+from runners.spark.state.store import step_directory_name
 from triggers.panes import DescribePanes
+
+from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 INTERVAL = 3
 GATE = ("gate", 1)
@@ -166,6 +167,7 @@ def batches_run(result) -> int:
 def run_1(checkpoint_dir: str, panes_dir: str) -> None:
     """Run 1's driver (in a subprocess): the test's Spark settings, a SparkRunner on them."""
     from runners.spark import SparkRunner
+
     from spark_fixtures import shared_spark_session
 
     pipeline = beam.Pipeline(runner=SparkRunner(shared_spark_session()),

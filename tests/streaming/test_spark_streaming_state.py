@@ -18,11 +18,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream as streams
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
-
-from runners.spark.streaming import state_files
-from runners.spark.streaming.checkpoint import latest_checkpoint, read_manifest
-from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from test_spark_streaming_checkpoint import WritePanes, read_panes
+
+from runners.spark.state import changelog
+from runners.spark.state.checkpoint import latest_checkpoint, read_manifest
+
+from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 KEYS = 50
 
@@ -99,7 +100,7 @@ def test_state_files_reach_a_snapshot_and_a_restart_gives_the_same_panes(runner,
     over with a snapshot after DELTAS_PER_SNAPSHOT deltas; a run stopped there and started
     again on the same directory (its stores rebuilt from the snapshot and deltas) ends with
     the panes of an uninterrupted run, every pane once."""
-    monkeypatch.setattr(state_files, "MAX_DELTAS", DELTAS_PER_SNAPSHOT)
+    monkeypatch.setattr(changelog, "MAX_DELTAS", DELTAS_PER_SNAPSHOT)
     batches = 3 * DELTAS_PER_SNAPSHOT + 2
     uninterrupted, first, second = (tmp_path / name for name in ("all", "first", "second"))
     for directory in (uninterrupted, first, second):
@@ -128,7 +129,7 @@ def test_state_files_reach_a_snapshot_and_a_restart_gives_the_same_panes(runner,
     # Only the files the chains name are kept (older chains went with the checkpoint
     # that named them last).
     kept = sorted(path.name for path in (checkpoints / "state").rglob("*") if path.is_file())
-    named = sorted(state_files.file_name(state_files.StateFile(*entry))
+    named = sorted(changelog.file_name(changelog.StateFile(*entry))
                    for chain in chains.values() for entry in chain)
     assert kept == named
 

@@ -14,8 +14,9 @@ import threading
 
 import pytest
 
-from runners.spark.streaming import background_snapshots, state_store, store_environments
-from runners.spark.streaming.state_files import (
+from runners.spark.state import lmdb_environments, snapshots
+from runners.spark.state import store as state_store
+from runners.spark.state.changelog import (
     DurableState,
     StateFile,
     StateFileError,
@@ -23,14 +24,14 @@ from runners.spark.streaming.state_files import (
     encode_delta,
     file_name,
 )
-from runners.spark.streaming.state_store import (
+from runners.spark.state.storage.filesystems import DurableStorage
+from runners.spark.state.store import (
     KeyState,
     PartitionState,
     StateLostError,
     StoreLocation,
     VersionPlan,
 )
-from runners.spark.streaming.storage import DurableStorage
 
 
 @pytest.fixture
@@ -198,13 +199,13 @@ def test_a_snapshot_due_is_written_in_the_background_at_the_committed_version(tm
             state.put(b"%05d" % number, KeyState(b"s" * 20, wake_event=number))
     chain = [state.written]
     plan = VersionPlan(1, 2, durable_state(tmp_path, chain, snapshot=True))
-    original = store_environments.copy_store
-    store_environments.copy_store = slow_copy
+    original = lmdb_environments.copy_store
+    lmdb_environments.copy_store = slow_copy
     try:
         with PartitionState.open(location, plan) as state:
             state.put(b"00001", KeyState(b"at-2"))
     finally:
-        store_environments.copy_store = original
+        lmdb_environments.copy_store = original
     assert state.written.kind == "delta" and state.snapshot is None
     chain.append(state.written)
     with PartitionState.open(location, VersionPlan(2, 3, durable_state(tmp_path, chain))) as state:
@@ -212,7 +213,7 @@ def test_a_snapshot_due_is_written_in_the_background_at_the_committed_version(tm
     assert state.snapshot is None  # still copying
     chain.append(state.written)
     release.set()
-    background_snapshots.wait()
+    snapshots.wait()
     with PartitionState.open(location, VersionPlan(3, 4, durable_state(tmp_path, chain))) as state:
         pass
     snapshot = state.snapshot
@@ -241,8 +242,8 @@ def test_one_snapshot_of_a_partition_is_in_flight_at_a_time(tmp_path, location):
         environment.copy(directory, compact=True, txn=txn)
 
     chain = []
-    original = store_environments.copy_store
-    store_environments.copy_store = slow_copy
+    original = lmdb_environments.copy_store
+    lmdb_environments.copy_store = slow_copy
     try:
         for version in (1, 2, 3):
             with PartitionState.open(location, VersionPlan(version - 1, version, durable_state(
@@ -250,9 +251,9 @@ def test_one_snapshot_of_a_partition_is_in_flight_at_a_time(tmp_path, location):
                 state.put(b"key", KeyState(b"%d" % version))
             chain.append(state.written)
     finally:
-        store_environments.copy_store = original
+        lmdb_environments.copy_store = original
         release.set()
-        background_snapshots.wait()
+        snapshots.wait()
     assert len(calls) == 1
 
 
@@ -264,13 +265,13 @@ def test_a_damaged_delta_is_refused_by_name():
 
 
 def test_the_memory_map_grows_with_the_store(location, monkeypatch):
-    monkeypatch.setattr(store_environments, "INITIAL_MAP_BYTES", 1 << 20)
+    monkeypatch.setattr(lmdb_environments, "INITIAL_MAP_BYTES", 1 << 20)
     blob = b"x" * 2000
     for version in range(1, 9):  # ~1 MB a batch, from the first: the map grows as it fills
         with PartitionState.open(location, VersionPlan(version - 1, version)) as state:
             for number in range(500):
                 state.put(b"%d-%d" % (version, number), KeyState(blob))
-    environment, _ = store_environments.open_environment(location.path())
+    environment, _ = lmdb_environments.open_environment(location.path())
     assert environment.info()["map_size"] > 8 << 20
     with PartitionState.open(location, VersionPlan(8, 9)) as state:
         pass
@@ -331,7 +332,7 @@ def test_a_handle_on_a_store_another_worker_rebuilt_is_not_reused(tmp_path, loca
         state.put(b"a", KeyState(b"old"))
     other_worker = (
         "import shutil, sys\n"
-        "from runners.spark.streaming.state_store import *\n"
+        "from runners.spark.state.store import *\n"
         f"location = StoreLocation({location.root!r}, {location.step!r}, {location.partition})\n"
         "shutil.rmtree(location.path())\n"
         "with PartitionState.open(location, VersionPlan(0, 1)) as state:\n"

@@ -19,11 +19,12 @@ import time
 import pytest
 from apache_beam.coders import VarIntCoder, coders
 from apache_beam.runners.pipeline_context import PipelineContext
+from test_rescale import KEYS, run
 
-from runners.spark.streaming.state_blobs import UnsafeStateError, load_plain
-from runners.spark.streaming.state_coders import encode_coder, load_coders
-from runners.spark.streaming.state_files import CorruptStateFileError
-from runners.spark.streaming.state_table import (
+from runners.spark.state.changelog import CorruptStateFileError
+from runners.spark.state.manifest_coders import encode_coder, load_coders
+from runners.spark.state.table.cli import main
+from runners.spark.state.table.reader import (
     StateReadError,
     batch_changes,
     checkpoint_info,
@@ -31,8 +32,7 @@ from runners.spark.streaming.state_table import (
     state_changes,
     state_rows,
 )
-from runners.spark.streaming.state_table_cli import main
-from test_rescale import KEYS, run
+from runners.spark.state.table.rows import UnsafeStateError, load_plain
 
 GBK = "Sum/GroupByKey"
 

@@ -18,18 +18,20 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
+from test_spark_streaming_checkpoint import build, read_panes, streaming_options
 
-from cluster_fixtures import s3_bucket, s3_server  # noqa: F401 (fixtures)
 from runners.spark import SparkRunner
-from runners.spark.streaming.checkpoint import latest_checkpoint, read_manifest
-from runners.spark.streaming.state_files import (
+from runners.spark.state.changelog import (
     CorruptStateFileError,
     DurableState,
     StateFile,
     decode_delta,
     file_name,
 )
-from runners.spark.streaming.state_store import (
+from runners.spark.state.checkpoint import latest_checkpoint, read_manifest
+from runners.spark.state.storage.faults import StorageFullError, classify
+from runners.spark.state.storage.filesystems import DurableStorage, StorageError
+from runners.spark.state.store import (
     KeyState,
     PartitionState,
     StoreLocation,
@@ -37,11 +39,10 @@ from runners.spark.streaming.state_store import (
     close_all,
     step_directory_name,
 )
-from runners.spark.streaming.storage import DurableStorage, StorageError
-from runners.spark.streaming.storage_faults import StorageFullError, classify
+
+from cluster_fixtures import s3_bucket, s3_server  # noqa: F401 (fixtures)
 from s3_fault_proxy import S3FaultProxy
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
-from test_spark_streaming_checkpoint import build, read_panes, streaming_options
 
 
 def run_job(spark_session, panes_dir, **options):
@@ -309,22 +310,22 @@ def test_retries_stop_at_the_budget_with_an_error_naming_the_setting(s3_bucket):
 # ----- a process killed mid-snapshot
 _MID_SNAPSHOT = """
 import os, sys, threading
-from runners.spark.streaming import store_environments
-from runners.spark.streaming.state_files import DurableState
-from runners.spark.streaming.state_store import KeyState, PartitionState, StoreLocation, VersionPlan
-from runners.spark.streaming.storage import DurableStorage
+from runners.spark.state import lmdb_environments
+from runners.spark.state.changelog import DurableState
+from runners.spark.state.store import KeyState, PartitionState, StoreLocation, VersionPlan
+from runners.spark.state.storage.filesystems import DurableStorage
 
 root, checkpoint, marker = sys.argv[1:4]
 storage = DurableStorage.open(checkpoint)
 durable = DurableState(storage, storage.join("Sum", "00003"), (), snapshot=True)
-original = store_environments.copy_store
+original = lmdb_environments.copy_store
 
 def copy_then_hang(environment, directory, txn=None):
     original(environment, directory, txn)  # the copy is made; its upload never ends
     open(marker, "w").close()
     threading.Event().wait()
 
-store_environments.copy_store = copy_then_hang
+lmdb_environments.copy_store = copy_then_hang
 location = StoreLocation(root, "Sum/GroupByKey", 3)
 with PartitionState.open(location, VersionPlan(0, 1, durable)) as state:
     for number in range(3000):
@@ -366,9 +367,9 @@ def test_a_worker_killed_mid_snapshot_leaves_a_chain_that_rebuilds_and_snapshots
                                           snapshot=True))
     with PartitionState.open(location, plan) as state:
         state.put(b"new", KeyState(b"n"))
-    from runners.spark.streaming import background_snapshots
+    from runners.spark.state import snapshots
 
-    background_snapshots.wait()
+    snapshots.wait()
     with PartitionState.open(location, VersionPlan(2, 3, durable(tmp_path / "ck"))) as state:
         pass
     assert state.snapshot is not None and state.snapshot.version == 2

@@ -22,8 +22,8 @@ from runners.spark.beam_internals import (
     create_trigger_driver,
     create_unmerged_trigger_driver,
 )
+from runners.spark.state.encoding import TriggerStateCodec, has_window_ids
 from runners.spark.streaming.grouping import TriggerDrivers
-from runners.spark.streaming.state import TriggerStateCodec, has_window_ids
 
 #: (elements as (value, seconds), the input watermark after them, in seconds)
 ROUNDS = [

@@ -1,7 +1,7 @@
 """Where a keyed step's tasks run on a classic cluster: on the executor that holds their store.
 
 A key partition's store is a cache on the executor that last ran the partition's task
-(:mod:`~runners.spark.streaming.state_store`); a task that lands elsewhere rebuilds it from
+(:mod:`~runners.spark.state.store`); a task that lands elsewhere rebuilds it from
 the checkpoint location, which costs a reload (never a failure). Spark gives plain RDD
 partitions no affinity, and PySpark has no API for preferred locations, so each keyed step
 (a *place*) gets an *anchor*: a persisted RDD with one tiny element per key partition. The

@@ -1,7 +1,7 @@
 """Where a keyed step's tasks run behind Spark Connect: on the executor that holds their store.
 
 A key partition's store is a cache on the executor that last ran the partition's task
-(:mod:`~runners.spark.streaming.state_store`); a task that lands elsewhere rebuilds it from
+(:mod:`~runners.spark.state.store`); a task that lands elsewhere rebuilds it from
 the checkpoint location. Classic Spark keeps a partition on its executor by zipping the
 task's input with a persisted *anchor* RDD (:mod:`~runners.spark.backends.classic_affinity`);
 Connect has no RDD and no ``zip``, but a persisted DataFrame keeps both things the anchor

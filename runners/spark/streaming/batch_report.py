@@ -11,7 +11,7 @@ step (GroupByKey or stateful stage) gauges ``input_watermark_millis``,
 ``state_bytes`` (their encoded state), a distribution ``state_keys_per_batch`` and a
 counter ``stores_loaded`` (stores rebuilt from the checkpoint location); counter
 ``storage_retries`` (transient errors of the checkpoint location retried, by the driver and
-the tasks: :mod:`~runners.spark.streaming.storage_faults`); per
+the tasks: :mod:`~runners.spark.state.storage.faults`); per
 splittable DoFn (step: its name) gauges ``input_watermark_millis``,
 ``output_watermark_millis`` and ``residuals``.
 
@@ -65,7 +65,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import DistributionData, GaugeData, monitoring_infos
 from runners.spark.metrics import pack
-from runners.spark.streaming.storage_faults import take_retries
+from runners.spark.state.storage.faults import take_retries
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -36,8 +36,7 @@ from runners.spark.components import SharedComponents, encode_chunks
 from runners.spark.errors import TaskFailure
 from runners.spark.planning import GroupSpec
 from runners.spark.records import Elements, KeyedElements, unpack_keyed
-from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, BatchClock, KeyedBatch
-from runners.spark.streaming.state import (
+from runners.spark.state.encoding import (
     TriggerStateCodec,
     expire_windows,
     has_window_ids,
@@ -45,7 +44,8 @@ from runners.spark.streaming.state import (
     processing_micros,
     trigger_wakes,
 )
-from runners.spark.streaming.state_store import KeyState
+from runners.spark.state.store import KeyState
+from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, BatchClock, KeyedBatch
 
 
 class TriggerDrivers:

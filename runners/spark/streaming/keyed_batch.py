@@ -22,8 +22,10 @@ from apache_beam.utils.timestamp import Timestamp
 
 from runners.spark.executor_identity import executor_name
 from runners.spark.records import StepReport
-from runners.spark.streaming.state_files import DurableState, StateFile
-from runners.spark.streaming.state_store import (
+from runners.spark.state.changelog import DurableState, StateFile
+from runners.spark.state.storage.faults import take_retries
+from runners.spark.state.storage.filesystems import DurableStorage
+from runners.spark.state.store import (
     PartitionState,
     StoreLocation,
     VersionPlan,
@@ -31,8 +33,6 @@ from runners.spark.streaming.state_store import (
     partition_directory_name,
     remove_run,
 )
-from runners.spark.streaming.storage import DurableStorage
-from runners.spark.streaming.storage_faults import take_retries
 
 #: Rounds of due timers one key may fire in one batch before the runner calls it a loop.
 MAX_TIMER_ROUNDS = 10000

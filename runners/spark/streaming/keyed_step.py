@@ -1,7 +1,7 @@
 """A keyed step across micro-batches, on the driver: watermarks, hold, wakes, store version.
 
 A keyed step is a GroupByKey or a stateful stage. Its state lives on the executors, one
-store per key partition (:mod:`~runners.spark.streaming.state_store`); the driver keeps what
+store per key partition (:mod:`~runners.spark.state.store`); the driver keeps what
 the partitions reported after the step last ran (:class:`~runners.spark.records.StepReport`):
 enough to know, without any Spark job, whether the step has anything to do in a batch (new
 input, or a timer or window expiry due at the new watermark or clock) and what its output
@@ -25,8 +25,8 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.records import StepReport
-from runners.spark.streaming.state_files import StateFile, snapshot_due, snapshot_overdue
-from runners.spark.streaming.state_store import step_directory_name
+from runners.spark.state.changelog import StateFile, snapshot_due, snapshot_overdue
+from runners.spark.state.store import step_directory_name
 
 
 class KeyedStep:

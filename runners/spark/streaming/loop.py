@@ -8,7 +8,7 @@ Each micro-batch:
 2. the stages run over the batch as one Spark job (:mod:`~runners.spark.streaming.
    micro_batch`): elements first, then the watermark advance and the timers it (or the
    clock) makes due, so panes flow downstream within the job. Keyed state stays on the
-   executors, one store per key partition (:mod:`~runners.spark.streaming.state_store`): a
+   executors, one store per key partition (:mod:`~runners.spark.state.store`): a
    batch touches only the keys it brings or that are due, and a batch with nothing to do
    runs no job at all. Splittable DoFns (the Kafka source, any unbounded SDF) run there too,
    over their new input and the residuals they deferred in the previous batch
@@ -37,7 +37,7 @@ drained job is at its end and emits nothing.
 With ``--checkpoint_dir`` keyed state is durable at every batch (each task writes what it
 changed there), the loop is checkpointed every ``--checkpoint_interval_batches`` batches and
 when it stops by itself, and resumes from the latest checkpoint when started again
-(:mod:`~runners.spark.streaming.checkpoint`; metric ``checkpoint_bytes``). On a cluster
+(:mod:`~runners.spark.state.checkpoint`; metric ``checkpoint_bytes``). On a cluster
 master a pipeline with keyed state needs it: a key partition's store is a cache on the
 executor that last ran it, rebuilt from the checkpoint location wherever its task runs (the
 backend's :class:`~runners.spark.backends.base.PartitionAffinity` sends it back there).
@@ -58,15 +58,15 @@ from runners.spark.components import iter_encoded
 from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.planning import TEST_STREAM_STAGE, ExecutionPlan
 from runners.spark.run_context import RunCancelled, RunContext
+from runners.spark.state.checkpoint import Checkpoints
+from runners.spark.state.encoding import processing_micros
+from runners.spark.state.storage.filesystems import DurableStorage
+from runners.spark.state.update import NameMapping
 from runners.spark.streaming.batch_report import BatchReporter
-from runners.spark.streaming.checkpoint import Checkpoints
 from runners.spark.streaming.keyed_batch import remove_run_partition
 from runners.spark.streaming.micro_batch import Round, RoundGraph, StreamingState
 from runners.spark.streaming.planned_sources import PlannedSources
-from runners.spark.streaming.state import processing_micros
-from runners.spark.streaming.storage import DurableStorage
 from runners.spark.streaming.test_stream import TestStreamSource
-from runners.spark.streaming.update import NameMapping
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class StreamingExecution:
       parallelism: key partitions of every GroupByKey and stateful stage.
       requested_parallelism: ``--spark_parallelism`` as given (None: not given): a
         checkpoint of another number of key partitions is re-split into it (see
-        :mod:`~runners.spark.streaming.rescale`); without it a resumed run keeps the
+        :mod:`~runners.spark.state.rescale`); without it a resumed run keeps the
         checkpoint's.
       bundle_size: at most this many elements per bundle, or None.
       batch_interval: seconds between batches when the clock is the wall clock.

@@ -29,12 +29,14 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
 from runners.spark import shuffle
+from runners.spark.backends.base import Dataset, PartitionAffinity
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
 from runners.spark.planning import RESHUFFLE_STAGE, TEST_STREAM_STAGE, GroupSpec, StageSpec
 from runners.spark.records import Elements, HeldElements, SideInputChunk, StepReport
-from runners.spark.backends.base import Dataset, PartitionAffinity
 from runners.spark.run_context import RunContext
 from runners.spark.stage_graph import PassPlan, StageGraph
+from runners.spark.state.encoding import processing_micros
+from runners.spark.state.storage.filesystems import DurableStorage
 from runners.spark.streaming.compact_round import (
     COMPACT_ROUND_BYTES,
     COMPACT_ROUND_RECORDS,
@@ -54,9 +56,7 @@ from runners.spark.streaming.side_input_readiness import (
     side_input_watermarks,
     split_ready,
 )
-from runners.spark.streaming.state import processing_micros
 from runners.spark.streaming.stateful import process_stateful_partition
-from runners.spark.streaming.storage import DurableStorage
 from runners.spark.streaming.unbounded import CarriedResiduals
 from runners.spark.streaming.watermarks import Watermarks
 

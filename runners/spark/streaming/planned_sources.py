@@ -15,7 +15,7 @@ of the source):
 The driver holds one instance of such a DoFn (unpickled from the stage), decodes each due
 residual with the stage input's coder, asks the DoFn for the plan and re-encodes the
 residuals with the planned elements; the loop logs the plan before the batch runs
-(:class:`~runners.spark.streaming.checkpoint.Checkpoints`), so a batch replayed after a
+(:class:`~runners.spark.state.checkpoint.Checkpoints`), so a batch replayed after a
 crash reads the same ranges. Restrictions and watermark estimator states are untouched.
 """
 

@@ -1,9 +1,9 @@
 """A stateful stage (state and timers of a DoFn) in streaming, over one key partition.
 
 The stage's input is partitioned by key, so a key's user state and timers always live in the
-same partition's store (:mod:`~runners.spark.streaming.state_store`), one entry per key:
+same partition's store (:mod:`~runners.spark.state.store`), one entry per key:
 the Fn API state cells the SDK harness wrote for it and its timers that have not fired
-(:func:`~runners.spark.streaming.state.encode_user_state`).
+(:func:`~runners.spark.state.encoding.encode_user_state`).
 
 Per batch, in the task: the keys of the batch's elements and the keys whose timers are due
 (event time at the new input watermark, processing time at the loop's clock) are read from
@@ -25,13 +25,13 @@ from runners.spark.errors import TaskFailure
 from runners.spark.metrics import pack
 from runners.spark.records import Elements, KeyedElements, unpack_keyed
 from runners.spark.side_inputs import TaskStateHandler
-from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, KeyedBatch
-from runners.spark.streaming.state import (
+from runners.spark.state.encoding import (
     decode_user_state,
     encode_user_state,
     processing_micros,
 )
-from runners.spark.streaming.state_store import KeyState
+from runners.spark.state.store import KeyState
+from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, KeyedBatch
 from runners.spark.working_directory import in_driver_directory
 
 

@@ -35,7 +35,7 @@ the partition, held it before it moved, or ran an attempt whose result was not u
 rebuilt from the partition's durable state, or refused with :class:`StateLostError` when
 there is none.
 
-**Durable state** (:mod:`~runners.spark.streaming.state_files`): with a checkpoint location,
+**Durable state** (:mod:`~runners.spark.state.changelog`): with a checkpoint location,
 every commit that changed keys also writes them (a delta, now and then a snapshot) to
 ``<checkpoint dir>/state/<step>/<partition>/`` before the task ends, so the local store is a
 cache: a task on any executor rebuilds it. Nothing passes through the driver.
@@ -66,8 +66,8 @@ from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Se
 
 import lmdb
 
-from runners.spark.streaming import background_snapshots, store_environments
-from runners.spark.streaming.state_files import (
+from runners.spark.state import lmdb_environments, snapshots
+from runners.spark.state.changelog import (
     CorruptStateFileError,
     DurableState,
     StateFile,
@@ -142,7 +142,7 @@ def remove_run(run: str) -> int:
     removed = 0
     for directory in executor_local_directories():
         root = os.path.join(directory, RUN_DIRECTORY_PREFIX + run)
-        store_environments.forget_under(root)
+        lmdb_environments.forget_under(root)
         if os.path.isdir(root):
             shutil.rmtree(root, ignore_errors=True)
             removed += 1
@@ -240,9 +240,9 @@ class PartitionState:
     @classmethod
     def open(cls, location: StoreLocation, plan: VersionPlan) -> "PartitionState":
         path = location.path()
-        environment, databases = store_environments.open_environment(path)
-        store_environments.ensure_room(environment, path)
-        store_environments.reserve(environment, path, *_undo_size(environment, databases))
+        environment, databases = lmdb_environments.open_environment(path)
+        lmdb_environments.ensure_room(environment, path)
+        lmdb_environments.reserve(environment, path, *_undo_size(environment, databases))
         txn = environment.begin(write=True)
         loaded = False
         try:
@@ -276,7 +276,7 @@ class PartitionState:
                 self.summary, rows = self._apply()
                 break
             except lmdb.MapFullError:  # the task wrote more than the map had free
-                store_environments.set_map_size(self._environment, path,
+                lmdb_environments.set_map_size(self._environment, path,
                                                 2 * self._environment.info()["map_size"])
         else:
             raise RuntimeError(f"the state of {self.location.path()} does not fit its map")
@@ -285,7 +285,7 @@ class PartitionState:
             return
         if rows:
             self.written = self._write_state_file(rows)
-        self.snapshot = background_snapshots.finished(self.location.root, path)
+        self.snapshot = snapshots.finished(self.location.root, path)
 
     def _committed(self) -> Optional[Any]:
         """A read transaction on this task's commit (None: another worker of the executor
@@ -299,7 +299,7 @@ class PartitionState:
     def _write_state_file(self, rows: List[Tuple[bytes, Optional[bytes]]]) -> StateFile:
         """The rows this task changed as a delta (after the commit: a task retried after it
         rolls back first). When the chain is due a snapshot, one of the committed version
-        starts in the background (:mod:`~runners.spark.streaming.background_snapshots`); a
+        starts in the background (:mod:`~runners.spark.state.snapshots`); a
         chain long overdue one (its snapshots keep failing) gets it now, instead of the
         delta. Either copies the store at this task's commit, pinned before the delta's
         upload (which may retry for a while)."""
@@ -308,10 +308,10 @@ class PartitionState:
         pinned = self._committed() if durable.snapshot or durable.snapshot_now else None
         if durable.snapshot_now and pinned is not None:
             root, store = self.location.root, self.location.path()
-            copy = background_snapshots.copy_directory(root, store)
+            copy = snapshots.copy_directory(root, store)
             try:
                 try:
-                    store_environments.copy_store(self._environment, copy, pinned)
+                    lmdb_environments.copy_store(self._environment, copy, pinned)
                 finally:
                     pinned.abort()
                 return durable.write_snapshot(self.plan.target, os.path.join(copy, "data.mdb"),
@@ -320,9 +320,9 @@ class PartitionState:
                 shutil.rmtree(copy, ignore_errors=True)
         written = durable.write_delta(self.plan.target, rows, commit)
         if pinned is not None:
-            background_snapshots.start(self.location.root, self.location.path(),
+            snapshots.start(self.location.root, self.location.path(),
                                        self._environment, pinned, durable, self.plan.target,
-                                       commit, store_environments.copy_store)
+                                       commit, lmdb_environments.copy_store)
         return written
 
     @property
@@ -368,7 +368,7 @@ class PartitionState:
                 raise RuntimeError(f"{self.location.path()} changed version during a task")
             olds = {key: txn.get(key, db=databases["rows"]) for key in self._writes}
             # Disk space for what the transaction writes, before it writes.
-            store_environments.reserve(self._environment, self.location.path(),
+            lmdb_environments.reserve(self._environment, self.location.path(),
                                        len(self._writes), _written_bytes(self._writes, olds))
             keys = _meta_value(txn, databases, b"keys")
             size = _meta_value(txn, databases, b"bytes")
@@ -495,12 +495,12 @@ def _rebuild(location: StoreLocation, plan: VersionPlan, found: int) -> Tuple[An
             "executor, another executor on a cluster) it is rebuilt from the checkpoint "
             "location: run with --checkpoint_dir on storage every executor can read, and "
             "restart the job.")
-    store_environments.forget(path)
+    lmdb_environments.forget(path)
     shutil.rmtree(path, ignore_errors=True)
     try:
         return _rebuild_from(location, plan)
     except BaseException:
-        store_environments.forget(path)
+        lmdb_environments.forget(path)
         shutil.rmtree(path, ignore_errors=True)
         raise
 
@@ -517,10 +517,10 @@ def _rebuild_from(location: StoreLocation, plan: VersionPlan) -> Tuple[Any, Dict
             durable.read_snapshot(chain[0], incoming)
         os.replace(incoming, os.path.join(path, "data.mdb"))
         chain = chain[1:]
-    environment, databases = store_environments.open_environment(path)
+    environment, databases = lmdb_environments.open_environment(path)
     delta_bytes = sum(state_file.size for state_file in chain)
     # A delta's row takes at least 16 bytes (two lengths, a key, a row header).
-    store_environments.reserve(environment, path, delta_bytes // 16, 2 * delta_bytes)
+    lmdb_environments.reserve(environment, path, delta_bytes // 16, 2 * delta_bytes)
     with environment.begin(write=True) as txn:
         txn.drop(databases["undo"], delete=False)
         keys, size = _meta_value(txn, databases, b"keys"), _meta_value(txn, databases, b"bytes")
@@ -556,7 +556,7 @@ def durable_rows(location: StoreLocation, plan: VersionPlan) -> Iterator[Tuple[b
             for key, row in txn.cursor(db=databases["rows"]):
                 yield bytes(key), bytes(row)
     finally:
-        store_environments.forget(path)
+        lmdb_environments.forget(path)
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -573,7 +573,7 @@ def write_store_snapshot(location: StoreLocation, rows: Iterable[Tuple[bytes, by
     is the one to use the store at) and the store's summary."""
     path = location.path()
     shutil.rmtree(path, ignore_errors=True)
-    environment, databases = store_environments.open_environment(path)
+    environment, databases = lmdb_environments.open_environment(path)
     copy = path + ".copy"
     try:
         keys = size = 0
@@ -582,7 +582,7 @@ def write_store_snapshot(location: StoreLocation, rows: Iterable[Tuple[bytes, by
             chunk = [row for _, row in zip(range(10_000), pending)]
             if not chunk:
                 break
-            store_environments.reserve(environment, path, len(chunk),
+            lmdb_environments.reserve(environment, path, len(chunk),
                                        2 * sum(len(key) + len(row) for key, row in chunk))
             while True:
                 try:
@@ -590,7 +590,7 @@ def write_store_snapshot(location: StoreLocation, rows: Iterable[Tuple[bytes, by
                         added = [_replace_row(txn, databases, key, row) for key, row in chunk]
                     break
                 except lmdb.MapFullError:
-                    store_environments.set_map_size(environment, path,
+                    lmdb_environments.set_map_size(environment, path,
                                                     2 * environment.info()["map_size"])
             keys += len(chunk)
             size += sum(added)
@@ -606,11 +606,11 @@ def write_store_snapshot(location: StoreLocation, rows: Iterable[Tuple[bytes, by
                               _first(txn, databases, "processing_wakes"))
         shutil.rmtree(copy, ignore_errors=True)
         os.makedirs(copy)
-        store_environments.copy_store(environment, copy)
+        lmdb_environments.copy_store(environment, copy)
         snapshot = durable.write_snapshot(version, os.path.join(copy, "data.mdb"), commit.hex())
         return snapshot, summary
     finally:
-        store_environments.forget(path)
+        lmdb_environments.forget(path)
         shutil.rmtree(path, ignore_errors=True)
         shutil.rmtree(copy, ignore_errors=True)
 
@@ -645,4 +645,4 @@ def _corrupt_named(location: StoreLocation, plan: VersionPlan, chain: List[State
 
 def close_all() -> None:
     """Close every store this process has open (tests; a worker that is done)."""
-    store_environments.close_all()
+    lmdb_environments.close_all()

@@ -1,7 +1,7 @@
 """The LMDB environments of a Python worker's stores: opened once, cached, grown, and
 given their disk space before they write.
 
-A key partition's store (:mod:`~runners.spark.streaming.state_store`) is an LMDB
+A key partition's store (:mod:`~runners.spark.state.store`) is an LMDB
 environment. Opening one costs a memory map and its databases, so each Python worker keeps
 its stores open between tasks (least recently used ones closed past
 :data:`_ENVIRONMENT_LIMIT`), and reopens one only when another worker of the executor has
@@ -29,8 +29,8 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import lmdb
 
-from runners.spark.streaming import background_snapshots
-from runners.spark.streaming.storage_faults import full_disk
+from runners.spark.state import snapshots
+from runners.spark.state.storage.faults import full_disk
 
 DATABASES = ("rows", "event_wakes", "processing_wakes", "holds", "undo", "meta")
 #: A store's memory map starts at this size and doubles when half used.
@@ -67,7 +67,7 @@ def open_environment(path: str) -> Tuple[Any, Dict[str, Any]]:
     cached = _ENVIRONMENTS.pop(path, None)
     if cached is None or cached.identity != _identity(path):
         if cached is not None:
-            background_snapshots.wait(path)
+            snapshots.wait(path)
             cached.environment.close()
         # Stores of runs that ended (their directories removed) are closed: their memory
         # maps would keep the deleted files' disk space.
@@ -90,13 +90,13 @@ def open_environment(path: str) -> Tuple[Any, Dict[str, Any]]:
     cached.environment.reader_check()
     while len(_ENVIRONMENTS) > _ENVIRONMENT_LIMIT:
         stale_path, stale = _ENVIRONMENTS.popitem(last=False)
-        background_snapshots.wait(stale_path)
+        snapshots.wait(stale_path)
         stale.environment.close()
     return cached.environment, cached.databases
 
 
 def forget(path: str) -> None:
-    background_snapshots.wait(path)
+    snapshots.wait(path)
     cached = _ENVIRONMENTS.pop(path, None)
     if cached is not None:
         cached.environment.close()
@@ -117,7 +117,7 @@ def set_map_size(environment: Any, path: str, size: int) -> None:
     """Resize the memory map. No transaction may be open in this process: stores are used
     one task at a time, and a snapshot copying in the background (its read transaction
     open) is waited for."""
-    background_snapshots.wait(path)
+    snapshots.wait(path)
     environment.set_mapsize(size)
 
 
@@ -176,7 +176,7 @@ def used_bytes(environment: Any) -> int:
 
 def close_all() -> None:
     """Close every store this process has open (tests; a worker that is done)."""
-    background_snapshots.wait()
+    snapshots.wait()
     while _ENVIRONMENTS:
         _, cached = _ENVIRONMENTS.popitem()
         cached.environment.close()

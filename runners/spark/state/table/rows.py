@@ -1,11 +1,11 @@
 """One key's stored state as rows of a table: what a state reader shows of a store's row.
 
-A keyed step's store row (:mod:`~runners.spark.streaming.state_store`) is a header (the
+A keyed step's store row (:mod:`~runners.spark.state.store`) is a header (the
 version that wrote it, wakes, the watermark hold) and a blob (:mod:`~runners.spark.
 streaming.state`): a GroupByKey's trigger state, or a stateful DoFn's user-state cells and
 timers. :func:`decode_key` turns one into :class:`StateRow` s, one per buffered element,
 trigger bookkeeping cell, watermark hold, user-state value and timer, decoded with the
-step's coders (:mod:`~runners.spark.streaming.state_coders`) where they could be built; a
+step's coders (:mod:`~runners.spark.state.manifest_coders`) where they could be built; a
 value whose coder could not be built is shown as its bytes, with the reason.
 
 The runner's own structures in a blob are pickles of plain data; they are read with
@@ -19,7 +19,7 @@ The runner's own structures in a blob are pickles of plain data; they are read w
 >>> load_plain(pickle.dumps(print))
 Traceback (most recent call last):
 ...
-runners.spark.streaming.state_blobs.UnsafeStateError: a state blob names builtins.print; a state reader builds plain data, Timestamp and Duration only
+runners.spark.state.table.rows.UnsafeStateError: a state blob names builtins.print; a state reader builds plain data, Timestamp and Duration only
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from runners.spark.beam_internals import beam_fn_api_pb2, create_InputStream
-from runners.spark.streaming.state import STATE_VERSION, processing_micros
-from runners.spark.streaming.state_coders import GROUP_BY_KEY, LoadedCoders
-from runners.spark.streaming.state_store import decode_row
+from runners.spark.state.encoding import STATE_VERSION, processing_micros
+from runners.spark.state.manifest_coders import GROUP_BY_KEY, LoadedCoders
+from runners.spark.state.store import decode_row
 
 #: The classes a state blob may name (all else is refused).
 _ALLOWED = {("apache_beam.utils.timestamp", "Timestamp"): Timestamp,

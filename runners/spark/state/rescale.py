@@ -38,15 +38,15 @@ from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tu
 
 from runners.spark.beam_internals import DistributionData, monitoring_infos
 from runners.spark.metrics import pack
-from runners.spark.streaming.keyed_step import KeyedStep
-from runners.spark.streaming.state_files import (
+from runners.spark.state.changelog import (
     DurableState,
     StateFile,
     decode_delta,
     encode_delta,
     file_name,
 )
-from runners.spark.streaming.state_store import (
+from runners.spark.state.storage.filesystems import DurableStorage
+from runners.spark.state.store import (
     StoreLocation,
     VersionPlan,
     durable_rows,
@@ -55,7 +55,6 @@ from runners.spark.streaming.state_store import (
     step_directory_name,
     write_store_snapshot,
 )
-from runners.spark.streaming.storage import DurableStorage
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -135,8 +134,11 @@ def rescale(context: Any, state: Any, partitions: int, batch: int) -> List[str]:
     return retired
 
 
-def _rescale_step(context: Any, storage: DurableStorage, state_directory: str, step: KeyedStep,
+def _rescale_step(context: Any, storage: DurableStorage, state_directory: str, step: Any,
                   old: int, new: int, batch: int) -> None:
+    """Re-splits one keyed step's state and points ``step`` (the loop's
+    :class:`~runners.spark.streaming.keyed_step.KeyedStep`, which this package does not
+    import: the loop uses keyed state, not the reverse) at the new layout."""
     directory = rescaled_directory(step.name, new, batch)
     if not step.chains:  # nothing durable: the step never held state
         step.directory = directory

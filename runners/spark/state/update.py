@@ -360,7 +360,7 @@ class PipelineUpdate:
                 if step["kind"] != SIDE_INPUT_READER]
 
     def translate(self, data: Dict[str, Any]) -> Dict[str, Any]:
-        """A checkpoint's driver data (see :mod:`~runners.spark.streaming.checkpoint`) in
+        """A checkpoint's driver data (see :mod:`~runners.spark.state.checkpoint`) in
         the new pipeline's names; what has no counterpart is dropped (a stateless stage's
         watermark, a side input no stage reads any more)."""
         def by_stage(values: Dict[str, Any]) -> Dict[str, Any]:

@@ -40,7 +40,7 @@ A delta's layout (no pickle: reading one runs no code)::
 >>> verify("delta-7.bin", StateFile("delta", 7, len(data), "", "00000000"), data)
 Traceback (most recent call last):
 ...
-runners.spark.streaming.state_files.CorruptStateFileError: delta-7.bin fails its checksum: CRC-32C fb7efc3b, written as 00000000 (57 bytes, as written)
+runners.spark.state.changelog.CorruptStateFileError: delta-7.bin fails its checksum: CRC-32C fb7efc3b, written as 00000000 (57 bytes, as written)
 >>> file_name(StateFile("snapshot", 40, 0, "5eedc0de"))
 'snapshot-000000000040-5eedc0de.mdb'
 """
@@ -54,7 +54,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import crc32c
 
-from runners.spark.streaming.storage import DurableStorage
+from runners.spark.state.storage.filesystems import DurableStorage
 
 #: A snapshot is due once the chain's deltas add up to more than the store and this.
 SNAPSHOT_MIN_BYTES = 4 << 20

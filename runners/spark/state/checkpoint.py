@@ -1,7 +1,7 @@
 """Checkpoints of the streaming loop: everything it needs to resume, every N batches.
 
 With ``--checkpoint_dir DIR`` (a local path or any URL Beam's filesystems serve:
-:mod:`~runners.spark.streaming.storage`) the loop checkpoints after every
+:mod:`~runners.spark.state.storage.filesystems`) the loop checkpoints after every
 ``--checkpoint_interval_batches`` micro-batches and when it stops by itself (sources done,
 ``--max_batches``, timeout); a driver started again with the same ``DIR`` and the same
 pipeline resumes from the latest checkpoint instead of from the beginning.
@@ -9,7 +9,7 @@ pipeline resumes from the latest checkpoint instead of from the beginning.
 Keyed state never passes through the driver, and is durable at *every* batch, not only at
 checkpoints: each keyed task writes the rows it changed (now and then a compact copy of its
 store) to ``DIR/state/<step>/<partition>/`` before the batch counts as done
-(:mod:`~runners.spark.streaming.state_files`), and the driver keeps, from the tasks'
+(:mod:`~runners.spark.state.changelog`), and the driver keeps, from the tasks'
 reports, each partition's chain of files. A checkpoint is then the driver's own part: a
 small manifest naming, per step and partition, the chain that rebuilds the state, and
 holding as plain data (bytes, numbers, strings, lists, dicts; no pickled objects, so no code
@@ -33,12 +33,12 @@ Nothing relies on a rename (object stores have none): a checkpoint whose manifes
 or unreadable (a driver killed while writing it) is skipped for the one before it, and
 older checkpoints and state files no manifest names any more are deleted only once the new
 manifest is written. A restarted driver's tasks rebuild each key partition's store from its
-chain (:mod:`~runners.spark.streaming.state_store`). A checkpoint is refused when read back
+chain (:mod:`~runners.spark.state.store`). A checkpoint is refused when read back
 by a runner of another checkpoint format or state version (:class:`CheckpointError`,
-:class:`~runners.spark.streaming.state.StateVersionError`). A checkpoint of another version
+:class:`~runners.spark.state.encoding.StateVersionError`). A checkpoint of another version
 of the pipeline (its fingerprint, over the fused stages, buffers, coders, windowing, state
 and timer specs and TestStream events, differs; DoFn code is not part of it) is an update
-(:mod:`~runners.spark.streaming.update`): it resumes when every step holding state has its
+(:mod:`~runners.spark.state.update`): it resumes when every step holding state has its
 counterpart, by name or through ``--transform_name_mapping``, with the same coders,
 windowing and specs, and is refused otherwise (:class:`IncompatibleUpdateError`, naming
 each step and why). Name the transforms that hold state (``"Sum" >> ...``), as Beam's
@@ -51,7 +51,7 @@ by itself leaves its final checkpoint: started again on the same directory, it r
 end and emits nothing (give an empty directory to run from the beginning). State stays in
 the checkpoint's key partitions unless the restart names another ``--spark_parallelism``:
 then every keyed step's state is re-split into that many before the first batch
-(:mod:`~runners.spark.streaming.rescale`), and checkpointed after it. On a cluster,
+(:mod:`~runners.spark.state.rescale`), and checkpointed after it. On a cluster,
 ``DIR`` must be storage every executor can read and write (a task rebuilds a store from it
 wherever the partition's task runs).
 
@@ -75,13 +75,13 @@ from typing import Any, Dict, List, Optional, Tuple
 from runners.spark.beam_internals import DistributionData, monitoring_infos
 from runners.spark.metrics import pack
 from runners.spark.planning import ExecutionPlan
-from runners.spark.streaming.rescale import requested_rescale, rescale
-from runners.spark.streaming.state import STATE_VERSION, StateVersionError
-from runners.spark.streaming.state_coders import state_decoding
-from runners.spark.streaming.state_files import file_name
-from runners.spark.streaming.state_store import partition_directory_name
-from runners.spark.streaming.storage import DurableStorage
-from runners.spark.streaming.update import (
+from runners.spark.state.changelog import file_name
+from runners.spark.state.encoding import STATE_VERSION, StateVersionError
+from runners.spark.state.manifest_coders import state_decoding
+from runners.spark.state.rescale import requested_rescale, rescale
+from runners.spark.state.storage.filesystems import DurableStorage
+from runners.spark.state.store import partition_directory_name
+from runners.spark.state.update import (
     NameMapping,
     PipelineUpdate,
     describe,
@@ -119,7 +119,7 @@ class CheckpointMismatchError(CheckpointError):
 
 class IncompatibleUpdateError(CheckpointMismatchError):
     """A checkpoint of an earlier version of the pipeline whose state cannot carry over to
-    this one (:mod:`~runners.spark.streaming.update`); the message names each step and why."""
+    this one (:mod:`~runners.spark.state.update`); the message names each step and why."""
 
 
 def checkpoint_name(batch: int) -> str:
@@ -213,7 +213,7 @@ class Checkpoints:
 
     @property
     def description(self) -> Dict[str, Any]:
-        """This pipeline as an update sees it (:func:`~runners.spark.streaming.update.
+        """This pipeline as an update sees it (:func:`~runners.spark.state.update.
         describe`), kept in every manifest."""
         if self._description is None:
             self._description = describe(self.plan)

@@ -1,7 +1,7 @@
 """Per-key streaming state, encoded explicitly and versioned.
 
 State survives from micro-batch to micro-batch in each key partition's store
-(:mod:`~runners.spark.streaming.state_store`), so it is bytes, never live objects: Beam's
+(:mod:`~runners.spark.state.store`), so it is bytes, never live objects: Beam's
 ``InMemoryUnmergedState`` (what the trigger driver reads and writes) holds a
 ``defaultdict(lambda)`` and does not pickle. Two kinds of state exist:
 

@@ -6,19 +6,19 @@ manifests. It is named as Beam names storage, through ``apache_beam.io.filesyste
 local path (on a cluster, one every executor mounts), ``gs://`` (``apache-beam[gcp]``),
 ``s3://`` (``apache-beam[aws]``; ``--s3_endpoint_url`` and the other S3 options reach the
 executors), ``hdfs://`` (``apache-beam[hadoop]``) or ``azfs://``. ``s3://`` is reached
-through the runner's own boto3 client (:mod:`~runners.spark.streaming.s3_objects`: one
+through the runner's own boto3 client (:mod:`~runners.spark.state.storage.s3`: one
 request per object, retries the runner's own), the other schemes through Beam's.
 
 Every operation retries transient errors (throttling, server errors, resets, timeouts) for
 up to ``--storage_retry_seconds``, fails at once on a permanent one (a missing bucket, bad
 credentials: the message names the setting) and says so when a disk is full
-(:mod:`~runners.spark.streaming.storage_faults`). A storage whose root is not local is probed
+(:mod:`~runners.spark.state.storage.faults`). A storage whose root is not local is probed
 with a small write when opened, so permanent errors show before the job starts.
 
 Object stores have no atomic rename, so nothing here relies on one: an object appears whole
 when its write is closed, and a local file is written under a temporary name and renamed
 (POSIX rename is atomic). A checkpoint is complete once its manifest is written, and the
-manifest is written last (:mod:`~runners.spark.streaming.checkpoint`).
+manifest is written last (:mod:`~runners.spark.state.checkpoint`).
 
 A :class:`DurableStorage` is plain data (the root and the filesystem options), so it is
 shipped to the executors with the tasks that write state files.
@@ -55,8 +55,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from runners.spark.beam_internals import share_s3_clients
-from runners.spark.streaming.s3_objects import S3Objects
-from runners.spark.streaming.storage_faults import (  # noqa: F401 (StorageError: its home was here)
+from runners.spark.state.storage.faults import (  # noqa: F401 (StorageError: its home was here)
     DEFAULT_RETRY_SECONDS,
     RetryPolicy,
     StorageError,
@@ -64,6 +63,7 @@ from runners.spark.streaming.storage_faults import (  # noqa: F401 (StorageError
     full_disk,
     retried,
 )
+from runners.spark.state.storage.s3 import S3Objects
 
 #: Pipeline options Beam's filesystems read (they travel to the executors with the tasks).
 _FILESYSTEM_OPTION_CLASSES = (S3Options, GoogleCloudOptions, AzureOptions,
@@ -109,7 +109,7 @@ class DurableStorage:
       root: the directory: an absolute local path or a URL (``s3://bucket/prefix``).
       options: the filesystem options as plain ``(name, value)`` pairs.
       retry_seconds: how long one operation may retry transient errors
-        (``--storage_retry_seconds``; :mod:`~runners.spark.streaming.storage_faults`).
+        (``--storage_retry_seconds``; :mod:`~runners.spark.state.storage.faults`).
     """
 
     root: str
@@ -172,7 +172,7 @@ class DurableStorage:
 
     def _files(self) -> Any:
         """Who reaches this storage: the runner's own S3 client for ``s3://`` (see
-        :mod:`~runners.spark.streaming.s3_objects`), the local filesystem, or Beam's
+        :mod:`~runners.spark.state.storage.s3`), the local filesystem, or Beam's
         filesystems for the other schemes; each with the same whole-object operations."""
         self.use()
         if self.root.startswith("s3://"):

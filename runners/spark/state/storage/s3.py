@@ -4,7 +4,7 @@ Beam's S3 filesystem writes every object as a multipart upload (three requests, 
 logged at ERROR level on every failure) and makes a new client per operation; botocore then
 retries throttling and resets by itself, invisibly. A streaming run writes a state file per
 key partition at every batch, and its retries must be bounded, logged once and counted
-(:mod:`~runners.spark.streaming.storage_faults`). So the runner reaches S3 itself: one
+(:mod:`~runners.spark.state.storage.faults`). So the runner reaches S3 itself: one
 request per object (up to 1 GB; a multipart upload above), with botocore's own retries
 off, the ``--s3_*`` options read as Beam's S3 filesystem reads them. The pipeline's own S3
 reads and writes keep Beam's filesystem.

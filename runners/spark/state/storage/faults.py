@@ -4,7 +4,7 @@ retries, and a full disk.
 Months of running meet an object store that throttles (S3's ``503 SlowDown``), fails a
 request (``500 InternalError``), resets a connection or times out, and disks that fill. On
 ``local[N]`` Spark retries no failed task, so one such error would fail the whole job. Every
-operation of :class:`~runners.spark.streaming.storage.DurableStorage` (on the driver and in
+operation of :class:`~runners.spark.state.storage.filesystems.DurableStorage` (on the driver and in
 the tasks on the executors) therefore goes through :func:`retried`:
 
 - :func:`classify` sorts what the filesystem raised: *transient* (throttling, server

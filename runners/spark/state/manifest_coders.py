@@ -1,7 +1,7 @@
 """The coders of a streaming job's keyed state, kept in its checkpoint manifest for readers.
 
 A keyed step's store holds bytes only: keys encoded with the step's key coder, and blobs
-(:mod:`~runners.spark.streaming.state`) holding elements, windows, user-state cells and
+(:mod:`~runners.spark.state.encoding`) holding elements, windows, user-state cells and
 timers encoded with the pipeline's coders. To read them without the pipeline's code, each
 checkpoint manifest carries, under ``"decoding"`` (:func:`state_decoding`), per keyed step
 (by the name its state files are kept under):

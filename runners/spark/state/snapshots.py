@@ -1,7 +1,7 @@
 """Snapshots of a key partition's store, written off the batch's critical path.
 
 A snapshot (a compact copy of the whole store, which starts a new chain of state files:
-:mod:`~runners.spark.streaming.state_files`) costs time in proportion to the partition's
+:mod:`~runners.spark.state.changelog`) costs time in proportion to the partition's
 state; written by the batch's task it stalled that batch (README's scaling plot: 2.2 s at
 780k keys against ~0.5 s for its neighbours). So the task that is due one commits and writes
 its delta as every task does, then starts a thread in its Python worker that copies the
@@ -29,7 +29,7 @@ import tempfile
 import threading
 from typing import Any, Callable, Dict, Optional
 
-from runners.spark.streaming.state_files import DurableState, StateFile
+from runners.spark.state.changelog import DurableState, StateFile
 
 _LOGGER = logging.getLogger(__name__)
 #: The directory beside a run's stores that holds the snapshots' locks and notes.
