@@ -31,6 +31,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from bench.answers import reference_answer
 from bench.bids import BidFiles
 from bench.session import REPOSITORY_ROOT
 from bench.workloads import (
@@ -39,7 +40,6 @@ from bench.workloads import (
     EventSet,
     describe_difference,
 )
-from bench.answers import reference_answer
 
 #: (category, the files of its functions, the fragments of a compiled function's name).
 #: PySpark's profiles name files by their base name only, so a file is known by its base
@@ -51,7 +51,7 @@ CATEGORIES: Tuple[Tuple[str, Tuple[str, ...], Tuple[str, ...]], ...] = (
     ("trigger driver, windows, timestamps",
      ("apache_beam/transforms/trigger.py", "apache_beam/transforms/window.py",
       "apache_beam/utils/windowed_value.py", "apache_beam/utils/timestamp.py",
-      "runners/spark/window_assignment.py", "runners/spark/fast_paths.py"), ("apache_beam.utils.windowed_value",)),
+      "runners/spark/chains/window_assignment.py", "runners/spark/fast_paths.py"), ("apache_beam.utils.windowed_value",)),
     ("coders", ("apache_beam/coders/", "runners/spark/coders.py"), ("apache_beam.coders",)),
     ("data channel", ("apache_beam/runners/worker/data_plane.py",), ()),
     # pyspark/shuffle.py (groupByKey's merger) shares its name with the runner's shuffle.py
@@ -103,7 +103,7 @@ def categorize(filename: str, name: str) -> str:
     >>> categorize("<chained steps>", "chain")
     'the runner'
     """
-    if filename == CHAIN_FILENAME:  # compiled by runners/spark/chain_code.py
+    if filename == CHAIN_FILENAME:  # compiled by runners/spark/chains/code.py
         return RUNNER
     if filename != "~":
         category = _categories_by_file().get(os.path.basename(filename), OTHER)

@@ -516,7 +516,7 @@ def remove_job_log_handlers(log_queues: Any) -> None:
             root.removeHandler(handler)
 
 
-# Runner-native window assignment (runners/spark/window_assignment.py): an ASSIGN_WINDOWS
+# Runner-native window assignment (runners/spark/chains/window_assignment.py): an ASSIGN_WINDOWS
 # operation of the SDK harness, registered under a runner-private URN.
 from apache_beam.runners.common import NameContext  # noqa: E402
 from apache_beam.runners.worker import operation_specs, operations  # noqa: E402
@@ -528,7 +528,7 @@ from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN  # noqa: E402
 from apache_beam.utils.windowed_value import create as create_windowed_value  # noqa: E402
 
 
-# Chained simple steps (runners/spark/step_chains.py, runners/spark/chained_steps.py): what a
+# Chained simple steps (runners/spark/chains/planning.py, runners/spark/chains/operation.py): what a
 # ParDo's DoFn asks of its runner, the shape of Beam's Map/Filter wrappers, and the pieces
 # of Beam's operations a chain reports through.
 from apache_beam.internal.util import ArgumentPlaceholder  # noqa: E402

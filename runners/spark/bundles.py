@@ -51,16 +51,16 @@ from runners.spark.beam_internals import (
     take_finalization_callbacks,
 )
 from runners.spark.bundle_names import BundleNamer
-from runners.spark import chained_steps  # noqa: F401 - registers the chain's operation
-from runners.spark.decode_loop import STAGE_INPUT_URNS, use_decode_loop
+from runners.spark.chains import operation as _chain_operation  # noqa: F401 - registers it
+from runners.spark.chains.window_assignment import use_native_window_assignment
 from runners.spark.components import SharedComponents, iter_encoded
+from runners.spark.decode_loop import STAGE_INPUT_URNS, use_decode_loop
+from runners.spark.dependencies.worker import JobEnvironment, prepare_python_worker
 from runners.spark.errors import TaskFailure
 from runners.spark.metrics import pack
 from runners.spark.planning import StageSpec
 from runners.spark.records import Elements
 from runners.spark.side_inputs import TaskStateHandler
-from runners.spark.window_assignment import use_native_window_assignment
-from runners.spark.dependencies.worker import JobEnvironment, prepare_python_worker
 from runners.spark.working_directory import in_driver_directory
 
 #: (descriptor digest, run, side-input table digest) -> idle processors, per Python worker

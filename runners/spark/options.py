@@ -10,7 +10,7 @@ other settings are ours:
 ``--spark_parallelism N``    partitions of every shuffle (default: Spark's default parallelism)
 ``--bundle_size N``          at most N elements per bundle (default: one bundle per partition)
 ``--chain_simple_steps B``   run each run of element-only steps of a stage (Map, Filter, ...)
-                             as one loop (default true; see :mod:`runners.spark.step_chains`)
+                             as one loop (default true; see :mod:`runners.spark.chains.planning`)
 
 Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
 

@@ -21,10 +21,10 @@ from runners.spark.beam_internals import (
     DATA_INPUT_URN,
     DATA_OUTPUT_URN,
     FUSION_PHASES,
-    STREAMING_FUSION_PHASES,
     IMPULSE_BUFFER,
     PAR_DO_URNS,
     RUNNER_URNS,
+    STREAMING_FUSION_PHASES,
     beam_fn_api_pb2,
     beam_runner_api_pb2,
     common_urns,
@@ -39,7 +39,7 @@ from runners.spark.beam_internals import (
     split_buffer_id,
     validate_pipeline_graph,
 )
-from runners.spark.step_chains import chain_simple_steps
+from runners.spark.chains.planning import chain_simple_steps
 
 SDK_STAGE = "sdk"
 RESHUFFLE_STAGE = "reshuffle"
@@ -205,7 +205,7 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
     two Maps) instead of as a runner shuffle: before Beam 2.65 that expansion dropped pane
     info, and a pipeline pinned to such a version (``--update_compatibility_version``)
     must get what that version gives. ``chain_steps`` runs each run of element-only steps
-    of a stage as one loop (:mod:`~runners.spark.step_chains`).
+    of a stage as one loop (:mod:`~runners.spark.chains.planning`).
     """
     runner_urns = RUNNER_URNS | (
         {common_urns.primitives.TEST_STREAM.urn} if streaming else set())

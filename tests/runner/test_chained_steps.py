@@ -66,11 +66,12 @@ from apache_beam.utils.windowed_value import (
     PaneInfoTiming,
     WindowedValue,
 )
-from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 from runners.spark import planning
 from runners.spark.bundles import StageProcessor
-from runners.spark.step_chains import CHAINED_STEPS_URN, chain_order, why_not_chained
+from runners.spark.chains.planning import CHAINED_STEPS_URN, chain_order, why_not_chained
+
+from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 NAMESPACE = "chained_steps_test"
 EARLY = PaneInfo(True, False, PaneInfoTiming.EARLY, 0, 0)

@@ -10,14 +10,14 @@ import time
 
 import apache_beam as beam
 import pytest
+from apache_beam.coders.coders import IntervalWindowCoder
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.pvalue import AsDict, AsSingleton
 from apache_beam.runners.runner import PipelineState
 from apache_beam.testing.util import assert_that, equal_to
-from apache_beam.coders.coders import IntervalWindowCoder
-from apache_beam.pvalue import AsDict, AsSingleton
 from apache_beam.transforms import userstate
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.window import (
@@ -227,7 +227,7 @@ BOUNDARY_MICROS = sorted({
     FixedWindows(7, offset=3), SlidingWindows(10, 4, offset=1), GlobalWindows()],
     ids=["fixed", "sliding", "global"])
 def test_standard_windows_are_assigned_as_beam_assigns_them(runner, window_fn):
-    # The runner assigns these WindowFns natively (runners/spark/window_assignment.py):
+    # The runner assigns these WindowFns natively (runners/spark/chains/window_assignment.py):
     # every element must land in exactly the windows Beam's own assign() gives.
     expected = [
         (micros, window, micros)

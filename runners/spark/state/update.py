@@ -42,8 +42,8 @@ from runners.spark.beam_internals import (
     common_urns,
     split_buffer_id,
 )
+from runners.spark.chains.planning import unchained_transforms
 from runners.spark.planning import SDK_STAGE, TEST_STREAM_STAGE, ExecutionPlan, par_do_payload
-from runners.spark.step_chains import unchained_transforms
 
 GROUP_BY_KEY = "GroupByKey"
 STATEFUL_DO_FN = "stateful DoFn"

@@ -4,7 +4,7 @@ Beam lifts ``CombinePerKey`` into a per-bundle precombine (``PGBKCVOperation``: 
 accumulator per window and key, flushed at the end of the bundle), the shuffle, and the
 merge. The precombine's per-element path is a lookup of ``(window, key)`` in a table
 (hashing the window: for an ``IntervalWindow`` a Python function) and a call of the
-CombineFn's ``add_input``. At the end of a chain (:mod:`runners.spark.step_chains`) the
+CombineFn's ``add_input``. At the end of a chain (:mod:`runners.spark.chains.planning`) the
 chain's function adds each value to the table directly, and:
 
 - finds a window's table by the window object itself first (the chain's ``WindowInto``

@@ -13,7 +13,7 @@ the timestamp.
 This module finds the runs of such steps, each feeding only the next, and replaces each
 run in the stage's ``ProcessBundleDescriptor`` by one transform of
 :data:`CHAINED_STEPS_URN`, whose payload holds the steps as they were;
-:mod:`runners.spark.chained_steps` executes it as one loop. A step is chained only when
+:mod:`runners.spark.chains.operation` executes it as one loop. A step is chained only when
 Beam itself says it needs nothing but the element (:func:`why_not_chained` says why not):
 side inputs, state, timers, splitting, several outputs, a ``process`` parameter
 (timestamp, window, pane, key, ...), bundle methods of its own, runtime type checks, any
@@ -49,7 +49,7 @@ from runners.spark.beam_internals import (
     proto_utils,
     python_urns,
 )
-from runners.spark.window_assignment import assigns_natively
+from runners.spark.chains.window_assignment import assigns_natively
 
 #: The runner-private URN of a chain of steps in worker descriptors; its payload is a
 #: ``Components`` holding the chained transforms as they were.
@@ -146,7 +146,7 @@ def chain_simple_steps(descriptor: Any) -> List[List[str]]:
 
 def _absorbs_precombine(descriptor: Any, transform: Any) -> bool:
     """A lifted combine's precombine whose outputs are at the end of their window (or in
-    the global window): it can end a chain (:mod:`runners.spark.chained_precombine`)."""
+    the global window): it can end a chain (:mod:`runners.spark.chains.precombine`)."""
     if transform.spec.urn != PRECOMBINE_URN:
         return False
     pcollection = descriptor.pcollections[_only(transform.inputs)]

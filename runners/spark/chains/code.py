@@ -43,7 +43,7 @@ from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 from runners.spark.beam_internals import PANE_INFO_UNKNOWN, create_windowed_value
 
 # Python allows 20 statically nested blocks: a chain's ``for`` loops and its ``try`` stay
-# under that (planning chains at most step_chains.MAX_CHAIN_STEPS steps).
+# under that (planning chains at most planning.MAX_CHAIN_STEPS steps).
 
 
 class ChainCode:

@@ -38,9 +38,9 @@ from apache_beam.transforms.window import (
 from apache_beam.utils.timestamp import Timestamp
 
 from runners.spark.beam_internals import (
+    PANE_INFO_UNKNOWN,
     BeamTransformFactory,
     NameContext,
-    PANE_INFO_UNKNOWN,
     beam_runner_api_pb2,
     common_urns,
     create_windowed_value,

@@ -1,9 +1,9 @@
 """A chain of element-only steps as one loop: the SDK harness operation that runs what
-:mod:`runners.spark.step_chains` planned.
+:mod:`runners.spark.chains.planning` planned.
 
 Each element entering the chain is a ``WindowedValue``; its value goes through the
 steps' functions, called directly by one function written for the chain
-(:mod:`runners.spark.chain_code`), and each result leaves as one ``WindowedValue`` with
+(:mod:`runners.spark.chains.code`), and each result leaves as one ``WindowedValue`` with
 the entering element's timestamp, windows and pane, to the next Beam operation, as Beam's
 own operations would hand it on. No step wraps its outputs: the loop carries each value
 with the ``WindowedValue`` whose timestamp, windows and pane it has (its *carrier*). What
@@ -42,8 +42,8 @@ from apache_beam.transforms.window import (
 )
 
 from runners.spark.beam_internals import (
-    DistributionData,
     BeamTransformFactory,
+    DistributionData,
     MetricsContainer,
     NameContext,
     TaggedOutput,
@@ -61,15 +61,15 @@ from runners.spark.beam_internals import (
     proto_utils,
     unwrapped_function,
 )
-from runners.spark.chain_code import chain_function
-from runners.spark.chained_precombine import ChainedPrecombine
-from runners.spark.step_chains import (
+from runners.spark.chains.code import chain_function
+from runners.spark.chains.planning import (
     CHAINED_STEPS_URN,
     PAR_DO_URN,
     PRECOMBINE_URN,
     chain_order,
 )
-from runners.spark.window_assignment import fixed_windows_parts, windows_at_function
+from runners.spark.chains.precombine import ChainedPrecombine
+from runners.spark.chains.window_assignment import fixed_windows_parts, windows_at_function
 
 _LOGGER = logging.getLogger(__name__)
 _STANDARD_WINDOW_FNS = (GlobalWindows, FixedWindows, SlidingWindows)
@@ -148,7 +148,7 @@ class _Step:
             self.combine_fn = CombineFn.from_runner_api(payload.combine_fn, factory.context)
             self.combiner = ChainedPrecombine(self.combine_fn,
                                               factory.get_input_windowing(transform))
-        else:  # a WindowInto (step_chains chains no other kind)
+        else:  # a WindowInto (the planning chains no other kind)
             windowing = Windowing.from_runner_api(
                 beam_runner_api_pb2.WindowingStrategy.FromString(transform.spec.payload),
                 factory.context)
