@@ -8,12 +8,12 @@ time; this one executes Beam's portable pipeline itself, in Spark's Python worke
 2. :mod:`~runners.spark.execution` makes each stage a dataset of the run's backend
    (:mod:`~runners.spark.backends`: an RDD on classic Spark, a DataFrame on Spark Connect):
    one partition is one bundle, processed by Beam's SDK harness in process
-   (:mod:`~runners.spark.bundles`).
+   (:mod:`~runners.spark.worker.bundles`).
 3. :mod:`~runners.spark.shuffle` groups by the encoded key (GroupByKey with Beam's trigger
-   driver, Reshuffle, key partitioning for stateful DoFns); :mod:`~runners.spark.side_inputs`
+   driver, Reshuffle, key partitioning for stateful DoFns); :mod:`~runners.spark.worker.side_inputs`
    materializes side inputs per window and broadcasts them.
 4. :mod:`~runners.spark.result` reports state, errors (the user's own exception) and metrics
-   (:mod:`~runners.spark.metrics`), merged across tasks.
+   (:mod:`~runners.spark.worker.metrics`), merged across tasks.
 5. In streaming (``--streaming``), :mod:`~runners.spark.streaming` runs the same stages in
    micro-batches, with keyed state and watermarks carried from batch to batch.
 6. On a cluster, :mod:`~runners.spark.dependencies` ships the project's packages and what

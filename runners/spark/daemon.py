@@ -15,10 +15,11 @@ never walked, and forked workers share their pages with the daemon.
 
 import gc
 
-import runners.spark.backends.connect_tasks  # noqa: F401  (imported for the forked workers)
-import runners.spark.bundles  # noqa: F401
-import runners.spark.shuffle  # noqa: F401
 from pyspark import daemon
+
+import runners.spark.backends.connect_tasks  # noqa: F401  (imported for the forked workers)
+import runners.spark.shuffle  # noqa: F401
+import runners.spark.worker.bundles  # noqa: F401
 
 gc.collect()
 gc.freeze()

@@ -19,11 +19,11 @@ from typing import Any, Iterable, Iterator, Optional
 
 from runners.spark import shuffle
 from runners.spark.backends.base import Backend, Dataset, RunMetrics
-from runners.spark.bundles import StageTask, process_partition
 from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.planning import ExecutionPlan, GroupSpec, StageSpec
 from runners.spark.run_context import RunCancelled, RunContext
 from runners.spark.stage_graph import StageGraph
+from runners.spark.worker.bundles import StageTask, process_partition
 
 __all__ = ["PlanExecution", "RunCancelled"]
 

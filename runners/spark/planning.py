@@ -220,7 +220,7 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
     )
     if streaming:
         # Pane timestamps (a window's end, x.999999) must survive the data plane exactly.
-        from runners.spark.coders import use_microsecond_timestamps
+        from runners.spark.worker.coders import use_microsecond_timestamps
 
         use_microsecond_timestamps(context.components, common_urns.coders.WINDOWED_VALUE.urn,
                                    common_urns.coders.TIMER.urn)

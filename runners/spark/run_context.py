@@ -9,11 +9,11 @@ import uuid
 from typing import Any, Dict, List, Optional
 
 from runners.spark.backends.base import Backend, Dataset, JobNames, RunMetrics
-from runners.spark.bundle_names import BundleNamer
-from runners.spark.bundles import StageTask
-from runners.spark.components import SharedComponents
 from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.planning import ExecutionPlan, StageSpec
+from runners.spark.worker.bundles import StageTask
+from runners.spark.worker.components import SharedComponents
+from runners.spark.worker.replay_names import BundleNamer
 
 #: Stage descriptors larger than this are broadcast instead of shipped with every task
 #: (they carry the stage's pickled DoFns, which can hold large objects).
@@ -49,7 +49,7 @@ class RunContext:
     #: the run's name in its bundles' names (stable across a restart from a checkpoint)
     run_name: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
     #: this execution's own identity (never restored, unlike ``run_name``): the workers reuse
-    #: a processor only for tasks of the run it was built for (:mod:`runners.spark.bundles`)
+    #: a processor only for tasks of the run it was built for (:mod:`runners.spark.worker.bundles`)
     run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     batch: int = 0  # the micro-batch being built (0 in batch)
     #: what Spark's tools call the run's jobs and stages, and the tag cancelling it cancels

@@ -5,7 +5,7 @@ Keys are compared as Beam compares them, by their deterministic encoding, and pl
 would send one key to different partitions from different workers).
 
 Key partitioning (a stateful stage's input, and every streaming keyed step) packs elements
-on the map side per target partition (:class:`~runners.spark.records.KeyedPacker`), so the
+on the map side per target partition (:class:`~runners.spark.worker.records.KeyedPacker`), so the
 shuffle moves a few large records instead of one per element.
 
 GroupByKey in batch runs as ``fn_api_runner.execution.GroupingBuffer`` does, but distributed:
@@ -40,9 +40,14 @@ from apache_beam.utils import windowed_value
 
 from runners.spark.backends.base import Dataset
 from runners.spark.beam_internals import create_trigger_driver
-from runners.spark.components import SharedComponents, encode_chunks, iter_encoded, join_chunks
 from runners.spark.planning import GroupSpec
-from runners.spark.records import Elements, KeyedElements, KeyedPacker, unpack_keyed
+from runners.spark.worker.components import (
+    SharedComponents,
+    encode_chunks,
+    iter_encoded,
+    join_chunks,
+)
+from runners.spark.worker.records import Elements, KeyedElements, KeyedPacker, unpack_keyed
 
 
 def key_partition(encoded_key: bytes) -> int:

@@ -9,21 +9,21 @@ run's backend (:mod:`runners.spark.backends`: RDDs on classic Spark, DataFrames 
 Connect), in the plan's topological order, and runs the pass's one Spark job.
 
 * A stage's input is the union of what its input buffers received, each element chunk
-  labelled with the stage input it feeds (:class:`~runners.spark.records.Elements`); it runs
-  over each partition (:func:`~runners.spark.bundles.process_partition`: one partition,
+  labelled with the stage input it feeds (:class:`~runners.spark.worker.records.Elements`); it runs
+  over each partition (:func:`~runners.spark.worker.bundles.process_partition`: one partition,
   one bundle of Beam's SDK harness). A Reshuffle stage is a shuffle of the runner's.
 * A ``group:`` buffer is a GroupByKey the runner performs on what its writers wrote; a
   stateful stage's input is partitioned by key first. How (batch: a shuffle by key and
   Beam's trigger driver over all of a key's elements; streaming: keyed state kept per
   partition) is the subclass's (:meth:`group_dataset`, :meth:`keyed_stage_dataset`).
-* Reports for the driver (:mod:`runners.spark.records`) travel with the data: a stage read by
+* Reports for the driver (:mod:`runners.spark.worker.records`) travel with the data: a stage read by
   exactly one reader hands them on to it (a stage read only as one side input, to the job
   that collects that side input); a stage read by several is computed once for all of them
   (:meth:`~runners.spark.backends.base.Backend.compute_once`), and its reports go straight to
   the pass's job. That job collects the reports of
   every stage nobody reads (sinks): one Spark job per pass.
 * Side inputs are collected (a Spark job, before their reader is built), laid out per
-  window and broadcast (:mod:`runners.spark.side_inputs`).
+  window and broadcast (:mod:`runners.spark.worker.side_inputs`).
 
 Nothing here calls Spark but through the backend: the same pass runs on classic Spark and
 on Spark Connect.
@@ -36,19 +36,20 @@ import functools
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from runners.spark import shuffle
-from runners.spark import side_inputs as side_input_tables
 from runners.spark.backends.base import Dataset
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER
-from runners.spark.bundles import process_partition
 from runners.spark.planning import (
     RESHUFFLE_STAGE,
     TEST_STREAM_STAGE,
     GroupSpec,
     StageSpec,
 )
-from runners.spark.records import Elements, is_report, relabel
 from runners.spark.run_context import RunContext
 from runners.spark.spark_names import stage_label
+from runners.spark.worker import side_inputs as side_input_tables
+from runners.spark.worker.bundles import process_partition
+from runners.spark.worker.records import Elements, is_report, relabel
+
 
 @dataclasses.dataclass
 class PassPlan:

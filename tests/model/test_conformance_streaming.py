@@ -19,9 +19,9 @@ import sys
 
 import apache_beam as beam
 import pytest
+from apache_beam.coders import VarIntCoder
 from apache_beam.testing import test_stream
 from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
-from apache_beam.coders import VarIntCoder
 from apache_beam.transforms import trigger, userstate, window
 from apache_beam.transforms.util import BatchElements, WithSharedKey
 from apache_beam.utils.windowed_value import PaneInfoTiming
@@ -209,7 +209,7 @@ def test_batch_elements_flushes_by_size_timer_and_window_end(make_pipeline):
 #: What a Python worker of the executor that was not forked from the runner's daemon (a
 #: Connect server or cluster started without it) does: import the runner, then key an
 #: element for BatchElements.
-FRESH_WORKER_KEY = ("import runners.spark.bundles\n"
+FRESH_WORKER_KEY = ("import runners.spark.worker.bundles\n"
                     "from apache_beam.transforms import util\n"
                     "print(util.SharedKey().key)\n")
 

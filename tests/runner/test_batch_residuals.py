@@ -1,8 +1,8 @@
 """In batch, a splittable DoFn that defers its remainder with a delay is resumed once the
-delay has passed, and the task sleeps meanwhile (``runners.spark.bundles``).
+delay has passed, and the task sleeps meanwhile (``runners.spark.worker.bundles``).
 
 The stages run in this process, as a Spark task runs them in its Python worker
-(:func:`~runners.spark.bundles.process_partition`), so the test sees the task's CPU time.
+(:func:`~runners.spark.worker.bundles.process_partition`), so the test sees the task's CPU time.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from apache_beam.transforms.periodicsequence import PeriodicImpulse
 
 from runners.spark import planning
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE
-from runners.spark.bundles import StageTask, process_partition
-from runners.spark.records import Elements
+from runners.spark.worker.bundles import StageTask, process_partition
+from runners.spark.worker.records import Elements
 
 TICKS = 3
 TICK_SECONDS = 0.75

@@ -5,7 +5,7 @@ side input, so the stage writes it out), plans it with chaining on and off, feed
 same encoded
 ``WindowedValue`` s (chosen timestamps; the global window or several sliding windows per
 element; default, early and late panes) through the stage in process
-(:class:`runners.spark.bundles.StageProcessor`, no Spark), and compares:
+(:class:`runners.spark.worker.bundles.StageProcessor`, no Spark), and compares:
 
 (a) the plan: with chaining on, the named steps sit inside ``CHAINED_STEPS_URN``
     transforms, in order; with it off there is none;
@@ -68,8 +68,8 @@ from apache_beam.utils.windowed_value import (
 )
 
 from runners.spark import planning
-from runners.spark.bundles import StageProcessor
 from runners.spark.chains.planning import CHAINED_STEPS_URN, chain_order, why_not_chained
+from runners.spark.worker.bundles import StageProcessor
 
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
@@ -861,7 +861,7 @@ def test_window_into_gives_each_input_window_its_element_without_pane():
 def test_the_decode_loop_reads_as_beams_data_input(monkeypatch):
     """decode_loop.py against Beam's own DataInputOperation: same elements, counts and
     read index; a corrupt input raises the same error."""
-    from runners.spark import bundles
+    from runners.spark.worker import bundles
 
     proto = build_proto(lambda pc: pc | "Double" >> beam.Map(double), "sliding")
     inputs = inputs_for(range(5), "sliding")

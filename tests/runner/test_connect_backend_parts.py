@@ -31,7 +31,7 @@ from runners.spark.backends.connect_tasks import (
     groups_in,
     records_in,
 )
-from runners.spark.records import Elements, MetricUpdates, StepReport
+from runners.spark.worker.records import Elements, MetricUpdates, StepReport
 
 
 def _slices(*numbers):
@@ -129,7 +129,7 @@ def test_server_versions_and_the_default_parallelism_are_read_from_the_server():
 def _workers(**overrides):
     found = {"python": "%d.%d.1" % __import__("sys").version_info[:2], "executable": "py",
              "apache_beam": apache_beam.__version__, "pyspark": "4.3.0",
-             "runners.spark.bundles": "yes"}
+             "runners.spark.worker.bundles": "yes"}
     found.update(overrides)
     return {key: value for key, value in found.items() if value is not None}
 
@@ -143,7 +143,7 @@ def test_workers_that_can_run_the_runner_pass_the_check():
     ({"apache_beam": None, "apache_beam error": "ModuleNotFoundError: no apache_beam"},
      "cannot import Apache Beam.*install apache-beam=="),
     ({"apache_beam": "2.60.0"}, "have apache-beam 2.60.0, this driver"),
-    ({"runners.spark.bundles": None, "runners.spark.bundles error": "ImportError: lmdb"},
+    ({"runners.spark.worker.bundles": None, "runners.spark.worker.bundles error": "ImportError: lmdb"},
      "cannot import the runner's own code.*lmdb"),
 ])
 def test_workers_that_cannot_are_refused_saying_what_to_do(overrides, says):

@@ -1,4 +1,4 @@
-"""A Python worker's pool of stage processors (:mod:`runners.spark.bundles`), without Spark.
+"""A Python worker's pool of stage processors (:mod:`runners.spark.worker.bundles`), without Spark.
 
 Beam's DoFn invoker keeps the values of side inputs in the global window for as long as its
 processor lives, so a pooled processor must serve only tasks of its own run and side-input
@@ -18,10 +18,11 @@ from apache_beam.runners.pipeline_context import PipelineContext
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from runners.spark import bundles, planning, side_inputs
-from runners.spark.bundles import StageTask, process_partition
-from runners.spark.components import SharedComponents
-from runners.spark.records import Elements
+from runners.spark import planning
+from runners.spark.worker import bundles, side_inputs
+from runners.spark.worker.bundles import StageTask, process_partition
+from runners.spark.worker.components import SharedComponents
+from runners.spark.worker.records import Elements
 
 #: What the runner feeds a stage that reads an Impulse: one empty byte string, encoded.
 IMPULSE = Elements(0, b"\x00")

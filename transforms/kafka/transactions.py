@@ -9,7 +9,7 @@ the sink's own, saying which bundle it was; a bundle whose marker is already the
 written again.
 
 This needs bundles with names a replay reproduces: the project's SparkRunner gives each bundle
-one (its run, micro-batch, stage, partition and number: ``runners/spark/bundle_names.py``),
+one (its run, micro-batch, stage, partition and number: ``runners/spark/worker/replay_names.py``),
 in the worker's environment variable ``BEAM_SPARK_BUNDLE``, and replays a batch with the same
 input. On a runner that names no bundle, each bundle is still one transaction, committed once,
 but a bundle the runner runs twice is written twice.

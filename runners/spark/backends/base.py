@@ -10,7 +10,7 @@ cancelled (:class:`JobNames`), and where a keyed partition's task runs
 and job descriptions (:mod:`~runners.spark.backends.classic`); Spark Connect with
 DataFrames, Arrow batches, artifacts and job tags (:mod:`~runners.spark.backends.connect`).
 
-A dataset holds the runner's records (:mod:`runners.spark.records`); functions given to it
+A dataset holds the runner's records (:mod:`runners.spark.worker.records`); functions given to it
 run in Spark's Python workers, one call per partition, and must pickle. Datasets are lazy:
 nothing runs until :meth:`Backend.collect`.
 
@@ -96,7 +96,7 @@ class MetricsSink(abc.ABC):
 
     @abc.abstractmethod
     def report(self, packed: List[bytes]) -> Iterable[Any]:
-        """Take a task's packed MonitoringInfos (:func:`runners.spark.metrics.pack`); returns
+        """Take a task's packed MonitoringInfos (:func:`runners.spark.worker.metrics.pack`); returns
         records the task must emit with its reports (empty where the backend gathers the
         metrics itself)."""
 
@@ -179,7 +179,7 @@ class PartitionAffinity(abc.ABC):
         """Between batches: when executors joined since the last look, move some places'
         partitions onto them (:mod:`~runners.spark.backends.spreading`). ``holders`` is
         place -> partition -> the executor its last task reported
-        (:func:`~runners.spark.executor_identity.executor_name`); ``names`` names a job the
+        (:func:`~runners.spark.worker.executor_identity.executor_name`); ``names`` names a job the
         look may run. Nothing by default."""
 
     def release(self) -> None:

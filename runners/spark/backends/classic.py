@@ -41,7 +41,7 @@ from runners.spark.backends.classic_affinity import AnchoredAffinity
 from runners.spark.backends.classic_dataset import ClassicDataset, identity, keyed_by_partition
 from runners.spark.backends.classic_names import ClassicJobNames
 from runners.spark.dependencies import project
-from runners.spark.metrics import pack, unpack
+from runners.spark.worker.metrics import pack, unpack
 
 #: Loopback defaults for local masters: the driver never needs a routable address.
 LOCAL_SETTINGS = {

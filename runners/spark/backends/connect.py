@@ -58,6 +58,7 @@ from runners.spark.backends.base import (
 )
 from runners.spark.backends.connect_affinity import PointerAffinity
 from runners.spark.backends.connect_checks import SessionFacts, check_session
+from runners.spark.backends.connect_names import ConnectJobNames, TaggedThread
 from runners.spark.backends.connect_tasks import (
     ConnectBroadcast,
     KeyedWriter,
@@ -70,10 +71,9 @@ from runners.spark.backends.connect_tasks import (
     groups_in,
     records_in,
 )
-from runners.spark.backends.connect_names import ConnectJobNames, TaggedThread
 from runners.spark.dependencies import project
-from runners.spark.metrics import pack, unpack
-from runners.spark.records import MetricUpdates
+from runners.spark.worker.metrics import pack, unpack
+from runners.spark.worker.records import MetricUpdates
 
 _LOGGER = logging.getLogger(__name__)
 

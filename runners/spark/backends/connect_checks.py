@@ -134,7 +134,7 @@ def _probe(session: Any, large_binary: bool, where: str, directory: str,
                  "sees_directory": "yes" if os.path.isdir(directory) and (
                      marker is None or os.path.exists(os.path.join(directory, marker)))
                  else "no"}
-        for module in ("apache_beam", "pyspark", "runners.spark.bundles"):
+        for module in ("apache_beam", "pyspark", "runners.spark.worker.bundles"):
             try:
                 found[module] = getattr(importlib.import_module(module), "__version__", "yes")
             except Exception as error:  # reported to the driver, which says what to do
@@ -179,7 +179,7 @@ def _check_workers(found: Dict[str, str], where: str) -> None:
             f"{where}: its Python workers have apache-beam {found['apache_beam']}, this "
             f"driver {apache_beam.__version__}: the runner hands Beam's coders and pickled "
             f"functions between them; {install}")
-    if "runners.spark.bundles error" in found:
+    if "runners.spark.worker.bundles error" in found:
         raise ConnectSessionError(
             f"{where}: its Python workers cannot import the runner's own code, shipped to "
-            f"them as an artifact ({found['runners.spark.bundles error']}): {install}")
+            f"them as an artifact ({found['runners.spark.worker.bundles error']}): {install}")

@@ -13,7 +13,7 @@ what it yields into batches of at most :data:`BATCH_ROWS` rows or :data:`BATCH_B
 (Arrow's ``binary`` holds up to 2 GiB per batch; Spark itself sends batches of at most
 ``spark.sql.execution.arrow.maxBytesPerBatch``).
 
->>> from runners.spark.records import Elements
+>>> from runners.spark.worker.records import Elements
 >>> batches = list(write_records([Elements(0, b"a"), Elements(1, b"b")], pa.binary()))
 >>> list(read_records(batches))
 [Elements(port=0, data=b'a'), Elements(port=1, data=b'b')]

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from runners.spark.backends import connect_rows as rows
 from runners.spark.backends.base import Broadcast, IndexedPartitionFunction, MetricsSink
-from runners.spark.records import MetricUpdates
+from runners.spark.worker.records import MetricUpdates
 
 #: A function still to apply to a partition: (whether it takes the partition index first,
 #: the function).

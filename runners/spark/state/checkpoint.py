@@ -73,7 +73,6 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from runners.spark.beam_internals import DistributionData, monitoring_infos
-from runners.spark.metrics import pack
 from runners.spark.planning import ExecutionPlan
 from runners.spark.state.changelog import file_name
 from runners.spark.state.encoding import STATE_VERSION, StateVersionError
@@ -87,6 +86,7 @@ from runners.spark.state.update import (
     describe,
     pipeline_fingerprint,
 )
+from runners.spark.worker.metrics import pack
 
 _LOGGER = logging.getLogger(__name__)
 

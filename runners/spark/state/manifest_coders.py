@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterable, Optional, Set
 
 # The runner's own coder URNs (microsecond windowed values and timers) register on import:
 # a reader builds the coders the job's plan used.
-import runners.spark.coders  # noqa: F401
+import runners.spark.worker.coders  # noqa: F401
 from runners.spark.beam_internals import (
     PipelineContext,
     beam_fn_api_pb2,

@@ -37,7 +37,6 @@ import zlib
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from runners.spark.beam_internals import DistributionData, monitoring_infos
-from runners.spark.metrics import pack
 from runners.spark.state.changelog import (
     DurableState,
     StateFile,
@@ -55,6 +54,7 @@ from runners.spark.state.store import (
     step_directory_name,
     write_store_snapshot,
 )
+from runners.spark.worker.metrics import pack
 
 _LOGGER = logging.getLogger(__name__)
 

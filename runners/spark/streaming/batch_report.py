@@ -64,8 +64,8 @@ from typing import Any, Callable, Dict, List, Optional
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import DistributionData, GaugeData, monitoring_infos
-from runners.spark.metrics import pack
 from runners.spark.state.storage.faults import take_retries
+from runners.spark.worker.metrics import pack
 
 _LOGGER = logging.getLogger(__name__)
 

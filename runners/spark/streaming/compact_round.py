@@ -26,17 +26,17 @@ import copy
 import dataclasses
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
-from runners.spark import side_inputs as side_input_tables
-from runners.spark.bundles import StageTask, process_partition
-from runners.spark.components import SharedComponents
 from runners.spark.planning import RESHUFFLE_STAGE, GroupSpec, StageSpec
-from runners.spark.records import Elements, SideInputChunk
 from runners.spark.shuffle import deal_elements, join_dealt, keyed_records
 from runners.spark.streaming.grouping import process_group_partition
 from runners.spark.streaming.keyed_batch import KeyedBatch
 from runners.spark.streaming.side_input_readiness import ReadinessCheck, split_ready
 from runners.spark.streaming.stateful import process_stateful_partition
 from runners.spark.streaming.unbounded import process_splittable_partition
+from runners.spark.worker import side_inputs as side_input_tables
+from runners.spark.worker.bundles import StageTask, process_partition
+from runners.spark.worker.components import SharedComponents
+from runners.spark.worker.records import Elements, SideInputChunk
 
 #: A round whose TestStream events hold at most this many encoded bytes may run compact ...
 COMPACT_ROUND_BYTES = 1 << 20

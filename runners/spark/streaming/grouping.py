@@ -1,7 +1,7 @@
 """A GroupByKey in streaming: per-key trigger state kept in the partition's store.
 
 Runs in a Spark task, over one key partition of a micro-batch: the batch's elements of that
-partition (:class:`~runners.spark.records.KeyedElements`) and the keys of the partition's
+partition (:class:`~runners.spark.worker.records.KeyedElements`) and the keys of the partition's
 store that are due (a timer or a window expiry at or before the new input watermark, a
 processing-time timer at or before the clock). Only those keys are read and written; the
 others stay in the store untouched. For each such key, as the DirectRunner's
@@ -16,8 +16,8 @@ non-merging WindowFn without its merge bookkeeping: :class:`TriggerDrivers`):
 3. expired windows are garbage-collected; the key's state, its next wakes and its watermark
    hold are written back (or the key deleted when it holds nothing).
 
-Yields the panes as :class:`~runners.spark.records.Elements`, the reports it received, and
-its own :class:`~runners.spark.records.StepReport`.
+Yields the panes as :class:`~runners.spark.worker.records.Elements`, the reports it received, and
+its own :class:`~runners.spark.worker.records.StepReport`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,7 @@ from runners.spark.beam_internals import (
     create_trigger_driver,
     create_unmerged_trigger_driver,
 )
-from runners.spark.components import SharedComponents, encode_chunks
-from runners.spark.errors import TaskFailure
 from runners.spark.planning import GroupSpec
-from runners.spark.records import Elements, KeyedElements, unpack_keyed
 from runners.spark.state.encoding import (
     TriggerStateCodec,
     expire_windows,
@@ -46,6 +43,9 @@ from runners.spark.state.encoding import (
 )
 from runners.spark.state.store import KeyState
 from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, BatchClock, KeyedBatch
+from runners.spark.worker.components import SharedComponents, encode_chunks
+from runners.spark.worker.errors import TaskFailure
+from runners.spark.worker.records import Elements, KeyedElements, unpack_keyed
 
 
 class TriggerDrivers:

@@ -5,7 +5,7 @@ per key partition. Each task gets a :class:`KeyedBatch`: the step's times in thi
 (watermarks before and after, the loop's clock), the store versions before and after, and
 where the partition's store lives (on the executor, under the run's state directory) and
 its durable state (the chain of state files in the checkpoint location). It answers with a
-:class:`~runners.spark.records.StepReport`.
+:class:`~runners.spark.worker.records.StepReport`.
 
 >>> times = BatchTimes(input_before=0, output_before=0, input_after=10_000_000,
 ...                    processing_time=3.5)
@@ -20,8 +20,6 @@ from typing import Any, FrozenSet, Iterator, Optional, Tuple
 
 from apache_beam.utils.timestamp import Timestamp
 
-from runners.spark.executor_identity import executor_name
-from runners.spark.records import StepReport
 from runners.spark.state.changelog import DurableState, StateFile
 from runners.spark.state.storage.faults import take_retries
 from runners.spark.state.storage.filesystems import DurableStorage
@@ -33,6 +31,8 @@ from runners.spark.state.store import (
     partition_directory_name,
     remove_run,
 )
+from runners.spark.worker.executor_identity import executor_name
+from runners.spark.worker.records import StepReport
 
 #: Rounds of due timers one key may fire in one batch before the runner calls it a loop.
 MAX_TIMER_ROUNDS = 10000

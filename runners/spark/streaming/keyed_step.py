@@ -2,7 +2,7 @@
 
 A keyed step is a GroupByKey or a stateful stage. Its state lives on the executors, one
 store per key partition (:mod:`~runners.spark.state.store`); the driver keeps what
-the partitions reported after the step last ran (:class:`~runners.spark.records.StepReport`):
+the partitions reported after the step last ran (:class:`~runners.spark.worker.records.StepReport`):
 enough to know, without any Spark job, whether the step has anything to do in a batch (new
 input, or a timer or window expiry due at the new watermark or clock) and what its output
 watermark is. Watermarks follow Beam's DirectRunner: the output watermark is the input
@@ -24,9 +24,9 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
-from runners.spark.records import StepReport
 from runners.spark.state.changelog import StateFile, snapshot_due, snapshot_overdue
 from runners.spark.state.store import step_directory_name
+from runners.spark.worker.records import StepReport
 
 
 class KeyedStep:

@@ -54,7 +54,6 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from runners.spark.backends.base import Backend, RunMetrics
-from runners.spark.components import iter_encoded
 from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.planning import TEST_STREAM_STAGE, ExecutionPlan
 from runners.spark.run_context import RunCancelled, RunContext
@@ -67,6 +66,7 @@ from runners.spark.streaming.keyed_batch import remove_run_partition
 from runners.spark.streaming.micro_batch import Round, RoundGraph, StreamingState
 from runners.spark.streaming.planned_sources import PlannedSources
 from runners.spark.streaming.test_stream import TestStreamSource
+from runners.spark.worker.components import iter_encoded
 
 _LOGGER = logging.getLogger(__name__)
 

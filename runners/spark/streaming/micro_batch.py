@@ -32,7 +32,6 @@ from runners.spark import shuffle
 from runners.spark.backends.base import Dataset, PartitionAffinity
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
 from runners.spark.planning import RESHUFFLE_STAGE, TEST_STREAM_STAGE, GroupSpec, StageSpec
-from runners.spark.records import Elements, HeldElements, SideInputChunk, StepReport
 from runners.spark.run_context import RunContext
 from runners.spark.stage_graph import PassPlan, StageGraph
 from runners.spark.state.encoding import processing_micros
@@ -59,6 +58,7 @@ from runners.spark.streaming.side_input_readiness import (
 from runners.spark.streaming.stateful import process_stateful_partition
 from runners.spark.streaming.unbounded import CarriedResiduals
 from runners.spark.streaming.watermarks import Watermarks
+from runners.spark.worker.records import Elements, HeldElements, SideInputChunk, StepReport
 
 
 @dataclasses.dataclass

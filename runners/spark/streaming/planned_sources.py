@@ -30,9 +30,9 @@ from runners.spark.beam_internals import (
     common_urns,
     unpickle_dofn,
 )
-from runners.spark.components import SharedComponents
 from runners.spark.planning import SDK_STAGE, ExecutionPlan
 from runners.spark.streaming.unbounded import CarriedResidual, CarriedResiduals
+from runners.spark.worker.components import SharedComponents
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Tuple
 
 from apache_beam.utils.timestamp import Duration
 
-from runners.spark.components import SharedComponents, iter_encoded
+from runners.spark.worker.components import SharedComponents, iter_encoded
 
 
 class SideInputHistory:

@@ -10,7 +10,7 @@ produced for the window.
 
 * In the task (:func:`split_ready`), at the stage's input (in streaming a ParDo with side
   inputs starts its stage, so the element's windows are the ones the ParDo sees): ready
-  elements go on; the others leave as :class:`~runners.spark.records.HeldElements` reports,
+  elements go on; the others leave as :class:`~runners.spark.worker.records.HeldElements` reports,
   grouped by the side watermarks they wait for.
 * On the driver (:class:`HeldElementsStore`): held elements are kept per stage and per
   *ready-at* vector, so a batch touches only those whose side inputs became ready; they are
@@ -46,9 +46,9 @@ from typing import Any, Dict, Iterable, Iterator, List, Tuple
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import window_mapping_fn
-from runners.spark.components import SharedComponents, iter_encoded
 from runners.spark.planning import StageSpec
-from runners.spark.records import Elements, HeldElements
+from runners.spark.worker.components import SharedComponents, iter_encoded
+from runners.spark.worker.records import Elements, HeldElements
 
 _END = MAX_TIMESTAMP.micros
 

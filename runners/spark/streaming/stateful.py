@@ -19,12 +19,6 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Set, Tuple
 
 from runners.spark.beam_internals import beam_fn_api_pb2
-from runners.spark.bundles import PendingTimers, StageTask, checkin, checkout
-from runners.spark.components import join_chunks
-from runners.spark.errors import TaskFailure
-from runners.spark.metrics import pack
-from runners.spark.records import Elements, KeyedElements, unpack_keyed
-from runners.spark.side_inputs import TaskStateHandler
 from runners.spark.state.encoding import (
     decode_user_state,
     encode_user_state,
@@ -32,6 +26,12 @@ from runners.spark.state.encoding import (
 )
 from runners.spark.state.store import KeyState
 from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, KeyedBatch
+from runners.spark.worker.bundles import PendingTimers, StageTask, checkin, checkout
+from runners.spark.worker.components import join_chunks
+from runners.spark.worker.errors import TaskFailure
+from runners.spark.worker.metrics import pack
+from runners.spark.worker.records import Elements, KeyedElements, unpack_keyed
+from runners.spark.worker.side_inputs import TaskStateHandler
 from runners.spark.working_directory import in_driver_directory
 
 

@@ -18,8 +18,8 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import beam_runner_api_pb2
-from runners.spark.components import SharedComponents, encode_chunks
 from runners.spark.planning import StageSpec
+from runners.spark.worker.components import SharedComponents, encode_chunks
 
 
 def _tag_name(tag: Any) -> str:

@@ -17,7 +17,7 @@ at the beginning of time, as Beam's FnApiRunner does). With no residual left and
 done, the stage's output watermark is its input watermark; it never moves back.
 
 The stage runs in the micro-batch's one Spark job, like every stage: its residuals travel
-to the driver as reports (:class:`~runners.spark.records.Residual`) with the batch's data,
+to the driver as reports (:class:`~runners.spark.worker.records.Residual`) with the batch's data,
 and are applied when the job is done (:meth:`CarriedResiduals.apply`). So the watermark a
 batch's keyed steps see from a splittable DoFn is the one its residuals reported in the
 *previous* batch: the data of this batch is at or after it.
@@ -60,9 +60,9 @@ from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tup
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import beam_fn_api_pb2, common_urns, monitoring_infos
-from runners.spark.bundles import DeferredWork, StageTask, process_partition
 from runners.spark.planning import SDK_STAGE, StageSpec
-from runners.spark.records import Elements, Residual, SplittableReport
+from runners.spark.worker.bundles import DeferredWork, StageTask, process_partition
+from runners.spark.worker.records import Elements, Residual, SplittableReport
 
 _LOGGER = logging.getLogger(__name__)
 

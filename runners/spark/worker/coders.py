@@ -1,6 +1,6 @@
 """Windowed values with microsecond timestamps, on the streaming runner's data plane.
 
-Imported by :mod:`runners.spark.components`, so every process that builds a stage's coders
+Imported by :mod:`runners.spark.worker.components`, so every process that builds a stage's coders
 knows this coder's URN, whichever task it runs.
 
 Beam's portable windowed-value and timer coders (``beam:coder:windowed_value:v1``,

@@ -11,14 +11,15 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Dict, Iterator, Tuple
 
-# Registers the runner's own coder URN: a stage's proto may name it in any task.
-from runners.spark import coders as _coders  # noqa: F401
 from runners.spark.beam_internals import (
     PipelineContext,
     beam_runner_api_pb2,
     create_InputStream,
     create_OutputStream,
 )
+
+# Registers the runner's own coder URN: a stage's proto may name it in any task.
+from runners.spark.worker import coders as _coders  # noqa: F401
 
 #: digest -> PipelineContext, per Python worker process.
 _CONTEXTS: Dict[str, Any] = {}

@@ -118,7 +118,7 @@ class SideInputChunk(NamedTuple):
 
 
 class MetricUpdates(NamedTuple):
-    """A task's MonitoringInfos, packed (:func:`runners.spark.metrics.pack`), on their way to
+    """A task's MonitoringInfos, packed (:func:`runners.spark.worker.metrics.pack`), on their way to
     the driver with the job's reports."""
 
     packed: Tuple[bytes, ...]

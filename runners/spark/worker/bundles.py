@@ -50,17 +50,17 @@ from runners.spark.beam_internals import (
     create_OutputStream,
     take_finalization_callbacks,
 )
-from runners.spark.bundle_names import BundleNamer
 from runners.spark.chains import operation as _chain_operation  # noqa: F401 - registers it
 from runners.spark.chains.window_assignment import use_native_window_assignment
-from runners.spark.components import SharedComponents, iter_encoded
-from runners.spark.decode_loop import STAGE_INPUT_URNS, use_decode_loop
 from runners.spark.dependencies.worker import JobEnvironment, prepare_python_worker
-from runners.spark.errors import TaskFailure
-from runners.spark.metrics import pack
 from runners.spark.planning import StageSpec
-from runners.spark.records import Elements
-from runners.spark.side_inputs import TaskStateHandler
+from runners.spark.worker.components import SharedComponents, iter_encoded
+from runners.spark.worker.decode_loop import STAGE_INPUT_URNS, use_decode_loop
+from runners.spark.worker.errors import TaskFailure
+from runners.spark.worker.metrics import pack
+from runners.spark.worker.records import Elements
+from runners.spark.worker.replay_names import BundleNamer
+from runners.spark.worker.side_inputs import TaskStateHandler
 from runners.spark.working_directory import in_driver_directory
 
 #: (descriptor digest, run, side-input table digest) -> idle processors, per Python worker
@@ -82,13 +82,13 @@ class StageTask:
       stage: the stage's plan.
       components: the pipeline components (for coders), broadcast.
       side_inputs: the stage's side-input table, ``value`` and ``digest`` (a
-        :class:`~runners.spark.side_inputs.SharedSideInputs`), or None.
+        :class:`~runners.spark.worker.side_inputs.SharedSideInputs`), or None.
       metrics: the run's metrics sink (:class:`~runners.spark.backends.base.MetricsSink`),
         or None.
       bundle_size: at most this many elements per bundle; None for one bundle per partition.
       descriptor: the stage's descriptor broadcast, when it is too large to ship with every
         task (``stage.descriptor`` is then left empty).
-      namer: names the task's bundles (:mod:`runners.spark.bundle_names`), or None.
+      namer: names the task's bundles (:mod:`runners.spark.worker.replay_names`), or None.
       environment: what the job staged for its workers (packages, main session).
       run: what identifies the run in this process (no other run's tasks reuse its pooled
         processors).
@@ -258,7 +258,7 @@ def _shut_down(processors: List[StageProcessor]) -> None:
 def process_partition(
     task: StageTask, records: Iterator[Any], deferred: Optional["DeferredWork"] = None,
 ) -> Iterator[Any]:
-    """Run ``task.stage`` over one partition: :class:`~runners.spark.records.Elements` on the
+    """Run ``task.stage`` over one partition: :class:`~runners.spark.worker.records.Elements` on the
     stage's input ports, and reports for the driver, handed on untouched.
 
     Yields ``Elements`` on the stage's output ports, then the reports; raises

@@ -11,7 +11,7 @@ table is broadcast (:class:`SharedSideInputs`), and each task serves it read-onl
 A table travels with a digest of its content (:func:`table_digest`): Beam's DoFn invoker
 keeps the values of side inputs in the global window from the first element it processes
 for as long as its ``BundleProcessor`` lives, so a worker reuses a processor only for tasks
-of the same table (:mod:`runners.spark.bundles`).
+of the same table (:mod:`runners.spark.worker.bundles`).
 
 >>> table_digest({b"key": [b"a", b"b"]}) == table_digest({b"key": [b"ab"]})
 False
