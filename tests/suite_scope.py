@@ -125,7 +125,7 @@ EXTENDED: Dict[str, str] = {
         "paths after a chdir on classic Spark and Spark Connect",
     "runner/test_spark_ui_names.py::": "Beam's step names read back from the event log of a "
         "run in a driver of its own (25 s): the core suite runs the names' documented "
-        "examples (spark_names, bundle_names)",
+        "examples (stage_labels, replay_names)",
     "pipelines/test_bench_smoke.py::test_parse_filter_project_files_are_written_once_and"
     "_removed": "the benchmark's bid files written once and removed, through its command "
         "line (12 s): the core suite checks the workload's answer on RDDs and the "

@@ -271,8 +271,8 @@ def test_the_check_catches_a_classic_call_outside_its_backend(tmp_path):
     engine, connect = tmp_path / "engine.py", tmp_path / "connect.py"
     engine.write_text("from pyspark import TaskContext, SparkContext\n")
     connect.write_text("from pyspark.sql.types import BinaryType\nfrom pyspark import RDD\n")
-    assert spark_imports_out_of_place({"runners.spark.stage_graph": engine,
+    assert spark_imports_out_of_place({"runners.spark.execution.stage_pass": engine,
                                        f"{BACKENDS}.connect": connect}) == [
         f"{BACKENDS}.connect: pyspark.RDD",
-        "runners.spark.stage_graph: pyspark.SparkContext",
+        "runners.spark.execution.stage_pass: pyspark.SparkContext",
     ]

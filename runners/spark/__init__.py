@@ -5,14 +5,14 @@ time; this one executes Beam's portable pipeline itself, in Spark's Python worke
 
 1. :mod:`~runners.spark.planning` turns the pipeline into its portable proto, refuses what
    it cannot run (naming the transform), and fuses it into stages with Beam's own phases.
-2. :mod:`~runners.spark.execution` makes each stage a dataset of the run's backend
+2. :mod:`~runners.spark.execution.batch` makes each stage a dataset of the run's backend
    (:mod:`~runners.spark.backends`: an RDD on classic Spark, a DataFrame on Spark Connect):
    one partition is one bundle, processed by Beam's SDK harness in process
    (:mod:`~runners.spark.worker.bundles`).
-3. :mod:`~runners.spark.shuffle` groups by the encoded key (GroupByKey with Beam's trigger
+3. :mod:`~runners.spark.execution.shuffle` groups by the encoded key (GroupByKey with Beam's trigger
    driver, Reshuffle, key partitioning for stateful DoFns); :mod:`~runners.spark.worker.side_inputs`
    materializes side inputs per window and broadcasts them.
-4. :mod:`~runners.spark.result` reports state, errors (the user's own exception) and metrics
+4. :mod:`~runners.spark.execution.result` reports state, errors (the user's own exception) and metrics
    (:mod:`~runners.spark.worker.metrics`), merged across tasks.
 5. In streaming (``--streaming``), :mod:`~runners.spark.streaming` runs the same stages in
    micro-batches, with keyed state and watermarks carried from batch to batch.

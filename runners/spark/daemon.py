@@ -18,7 +18,7 @@ import gc
 from pyspark import daemon
 
 import runners.spark.backends.connect_tasks  # noqa: F401  (imported for the forked workers)
-import runners.spark.shuffle  # noqa: F401
+import runners.spark.execution.shuffle  # noqa: F401
 import runners.spark.worker.bundles  # noqa: F401
 
 gc.collect()

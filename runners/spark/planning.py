@@ -102,7 +102,7 @@ class StageSpec:
     output_coder_id: str = ""  # runner stages: the coder of what they write
     output_coders: Tuple[str, ...] = ()  # TestStream stages: data coder of each output
     #: the Beam steps fused into the stage, by their names in the pipeline (what Spark's UI
-    #: shows for it: :mod:`~runners.spark.spark_names`)
+    #: shows for it: :mod:`~runners.spark.backends.stage_labels`)
     steps: Tuple[str, ...] = ()
 
 

@@ -36,8 +36,8 @@ from runners.spark import options as spark_options
 from runners.spark.backends.base import Backend
 from runners.spark.dependencies import staging
 from runners.spark.dependencies.worker import JobEnvironment
-from runners.spark.execution import PlanExecution
-from runners.spark.result import ProgressListener, SparkPipelineResult
+from runners.spark.execution.batch import PlanExecution
+from runners.spark.execution.result import ProgressListener, SparkPipelineResult
 from runners.spark.state.storage.faults import take_retries
 from runners.spark.state.storage.filesystems import DurableStorage
 from runners.spark.state.update import NameMapping

@@ -1,4 +1,4 @@
-"""A batch GroupByKey that makes its panes without a trigger driver (``runners/spark/shuffle.py``:
+"""A batch GroupByKey that makes its panes without a trigger driver (``runners/spark/execution/shuffle.py``:
 ``direct_pane_info``, ``window_pane``) makes exactly the panes Beam's trigger driver makes
 for a bounded input (``process_entire_key``, as Beam's own runners call it in batch), and
 leaves every other windowing to that driver."""
@@ -12,7 +12,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from runners.spark.beam_internals import create_trigger_driver
-from runners.spark.shuffle import direct_pane_info, window_pane
+from runners.spark.execution.shuffle import direct_pane_info, window_pane
 
 #: (value, event time in seconds)
 ELEMENTS = [(0, 1), (1, 3), (2, 12), (3, 7), (4, -2), (5, 29.5), (6, 3)]

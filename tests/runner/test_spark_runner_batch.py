@@ -14,8 +14,9 @@ from apache_beam.coders.coders import IntervalWindowCoder
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import trigger, window
 
-from spark_fixtures import spark_session  # noqa: F401 (fixture)
 from triggers.panes import DescribePanes, pane_record
+
+from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 
 class Stamped(beam.PTransform):
@@ -68,7 +69,7 @@ class _CountSumAndPane(beam.DoFn):
 @pytest.mark.parametrize("windowed", [False, True], ids=["global", "fixed-windows"])
 def test_group_by_key_with_a_hot_key(make_pipeline, windowed):
     """One key holds 200,000 values from four inputs: more than a map task holds before it
-    sends a key's values on (runners/spark/shuffle.py), so the key's pane is put together
+    sends a key's values on (runners/spark/execution/shuffle.py), so the key's pane is put together
     from several chunks of several tasks. In the global window the pane is the single
     ON_TIME one at its end, first and last; in fixed windows (values with an even i in
     [0, 10), the others in [10, 20): 100,000 of the hot key in each) each window's pane is

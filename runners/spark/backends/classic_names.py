@@ -14,7 +14,7 @@ thread gives every job and stage the same name, ``copy_local_properties at threa
   round 40: run Parse, Sum/GroupByKey, ...``: rounds are numbered across the run);
 * a stage's name lists the fused Beam steps it runs (a shuffle map stage also the step it
   shuffles for: ``Beam: Parse + Sum/GroupByKey/Write -> Sum/GroupByKey``; see
-  :func:`runners.spark.spark_names.stage_label`).
+  :func:`runners.spark.backends.stage_labels.stage_label`).
 
 Call sites are Spark local properties of the calling thread (``callSite.short``,
 ``callSite.long``), so runs in several threads keep their own. PySpark's actions set their
@@ -30,7 +30,7 @@ from typing import Any, Iterator, Optional, Sequence
 from pyspark.traceback_utils import SCCallSiteSync
 
 from runners.spark.backends.base import JobNames
-from runners.spark.spark_names import MAX_SHORT_NAME, stage_label
+from runners.spark.backends.stage_labels import MAX_SHORT_NAME, stage_label
 
 #: Spark's local properties for a call site (``org.apache.spark.util.CallSite``).
 SHORT_CALL_SITE = "callSite.short"

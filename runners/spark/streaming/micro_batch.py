@@ -1,6 +1,6 @@
 """One round of a micro-batch: the stages over the batch's data, as one Spark job.
 
-A round is a :class:`~runners.spark.stage_graph.StageGraph` pass with streaming's own
+A round is a :class:`~runners.spark.execution.stage_pass.StageGraph` pass with streaming's own
 sources and keyed steps:
 
 * sources: the TestStream's events of this batch, the impulse (first batch only), and the
@@ -8,7 +8,7 @@ sources and keyed steps:
   streaming.unbounded`);
 * a keyed step (GroupByKey, stateful stage) runs when it has input, or a timer or window
   expiry due at its new input watermark or the clock; its input is partitioned by key
-  (packed per partition: :func:`runners.spark.shuffle.partition_by_key`) and each task works
+  (packed per partition: :func:`runners.spark.execution.shuffle.partition_by_key`) and each task works
   on its key partition's store on the executor (:mod:`~runners.spark.streaming.grouping`,
   :mod:`~runners.spark.streaming.stateful`); state never moves;
 * side inputs see what their buffers received so far, kept on the driver while their windows
@@ -28,12 +28,12 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
-from runners.spark import shuffle
 from runners.spark.backends.base import Dataset, PartitionAffinity
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, split_buffer_id
+from runners.spark.execution import shuffle
+from runners.spark.execution.run_context import RunContext
+from runners.spark.execution.stage_pass import PassPlan, StageGraph
 from runners.spark.planning import RESHUFFLE_STAGE, TEST_STREAM_STAGE, GroupSpec, StageSpec
-from runners.spark.run_context import RunContext
-from runners.spark.stage_graph import PassPlan, StageGraph
 from runners.spark.state.encoding import processing_micros
 from runners.spark.state.storage.filesystems import DurableStorage
 from runners.spark.streaming.compact_round import (

@@ -1,13 +1,13 @@
 """Executing an execution plan on Spark in batch (driver side).
 
-A batch run is one pass over the plan's stages (:class:`~runners.spark.stage_graph.
+A batch run is one pass over the plan's stages (:class:`~runners.spark.execution.stage_pass.
 StageGraph`): every stage a dataset of the run's backend, and one Spark job at the end that
 evaluates the stages nobody reads (sinks, ``assert_that``); jobs before it only collect side
 inputs. What is
 batch's own is how keyed steps run:
 
 * a GroupByKey groups every element of a key at once and hands them to Beam's trigger driver
-  (:func:`runners.spark.shuffle.group_by_key`);
+  (:func:`runners.spark.execution.shuffle.group_by_key`);
 * a stateful stage's input is partitioned by key, and each task runs its keys' elements with
   a fresh state store (state lives as long as the task: the input is complete).
 """
@@ -17,12 +17,12 @@ from __future__ import annotations
 import functools
 from typing import Any, Iterable, Iterator, Optional
 
-from runners.spark import shuffle
 from runners.spark.backends.base import Backend, Dataset, RunMetrics
 from runners.spark.dependencies.worker import JobEnvironment
+from runners.spark.execution import shuffle
+from runners.spark.execution.run_context import RunCancelled, RunContext
+from runners.spark.execution.stage_pass import StageGraph
 from runners.spark.planning import ExecutionPlan, GroupSpec, StageSpec
-from runners.spark.run_context import RunCancelled, RunContext
-from runners.spark.stage_graph import StageGraph
 from runners.spark.worker.bundles import StageTask, process_partition
 
 __all__ = ["PlanExecution", "RunCancelled"]

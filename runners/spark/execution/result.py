@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Optional
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from runners.spark.backends.base import Backend, RunMetrics
-from runners.spark.execution import PlanExecution
+from runners.spark.execution.batch import PlanExecution
 from runners.spark.worker.errors import StageError, original_error
 from runners.spark.worker.metrics import SparkMetrics, unpack
 

@@ -35,17 +35,17 @@ import dataclasses
 import functools
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from runners.spark import shuffle
 from runners.spark.backends.base import Dataset
+from runners.spark.backends.stage_labels import stage_label
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER
+from runners.spark.execution import shuffle
+from runners.spark.execution.run_context import RunContext
 from runners.spark.planning import (
     RESHUFFLE_STAGE,
     TEST_STREAM_STAGE,
     GroupSpec,
     StageSpec,
 )
-from runners.spark.run_context import RunContext
-from runners.spark.spark_names import stage_label
 from runners.spark.worker import side_inputs as side_input_tables
 from runners.spark.worker.bundles import process_partition
 from runners.spark.worker.records import Elements, is_report, relabel
@@ -89,7 +89,7 @@ class StageGraph:
         self._side_chunks: Dict[bytes, List[bytes]] = {}
         self._broadcasts: List[Any] = []
         #: producer -> the Beam steps its output computes since the last shuffle (what
-        #: the Spark stage that ends there runs: see :mod:`~runners.spark.spark_names`)
+        #: the Spark stage that ends there runs: see :mod:`~runners.spark.backends.stage_labels`)
         self._steps: Dict[Tuple[str, Any], Tuple[str, ...]] = {}
         self._terminal_steps: List[str] = []
         self.pass_plan: Optional[PassPlan] = None
