@@ -1,7 +1,7 @@
 """Beam's DirectRunner as its users run it: in a new Python process of its own.
 
 Importing the SparkRunner installs its fast paths for Beam's timestamps and windows
-(``runners/spark/worker/fast_paths.py``) in the importing process, and the benchmark's process
+(``runners/spark/fast_paths.py``) in the importing process, and the benchmark's process
 imports it: a DirectRunner run there would be faster than Beam's own (measured: the keyed
 windowed sum at 99,292 events/s there, 66,198 in a process of its own). So the
 DirectRunner row runs in a process started with ``spawn`` (nothing inherited), one for the
@@ -26,7 +26,7 @@ from typing import Any, Dict, Optional, Tuple
 from bench.workloads import EventSet
 
 #: The module whose import patches Beam: it must not be in the DirectRunner's process.
-PATCHING_MODULE = "runners.spark.worker.fast_paths"
+PATCHING_MODULE = "runners.spark.fast_paths"
 
 
 def _run_in_this_process(workload: str, event_set: EventSet,

@@ -51,9 +51,9 @@ CATEGORIES: Tuple[Tuple[str, Tuple[str, ...], Tuple[str, ...]], ...] = (
     ("trigger driver, windows, timestamps",
      ("apache_beam/transforms/trigger.py", "apache_beam/transforms/window.py",
       "apache_beam/utils/windowed_value.py", "apache_beam/utils/timestamp.py",
-      "runners/spark/chains/window_assignment.py", "runners/spark/worker/fast_paths.py"),
+      "runners/spark/chains/window_assignment.py", "runners/spark/fast_paths.py"),
      ("apache_beam.utils.windowed_value",)),
-    ("coders", ("apache_beam/coders/", "runners/spark/worker/coders.py"), ("apache_beam.coders",)),
+    ("coders", ("apache_beam/coders/", "runners/spark/planning/coders.py"), ("apache_beam.coders",)),
     ("data channel", ("apache_beam/runners/worker/data_plane.py",), ()),
     # pyspark/shuffle.py (groupByKey's merger) shares its name with the runner's shuffle.py
     ("the runner", ("runners/spark/",), ("runners.spark",)),

@@ -177,9 +177,9 @@ def test_imports_point_down_the_layers():
 def test_the_checks_catch_a_cycle_and_an_upward_import():
     # The same functions on a graph with the faults the two tests above must catch.
     graph = {"transforms.a": {"pipelines.b"}, "pipelines.b": {"transforms.a"},
-             "runners.spark.planning": {"runners.spark.job_server.service"}}
+             "runners.spark.planning.execution_plan": {"runners.spark.job_server.service"}}
     assert cycles(graph) == [["pipelines.b", "transforms.a"]]
-    assert layer_violations(graph) == ["runners.spark.planning -> runners.spark.job_server.service",
+    assert layer_violations(graph) == ["runners.spark.planning.execution_plan -> runners.spark.job_server.service",
                                        "transforms.a -> pipelines.b"]
 
 

@@ -3,7 +3,7 @@
 Beam's own ``SparkRunner`` for Python is a client for a Java job server downloaded at run
 time; this one executes Beam's portable pipeline itself, in Spark's Python workers:
 
-1. :mod:`~runners.spark.planning` turns the pipeline into its portable proto, refuses what
+1. :mod:`~runners.spark.planning.execution_plan` turns the pipeline into its portable proto, refuses what
    it cannot run (naming the transform), and fuses it into stages with Beam's own phases.
 2. :mod:`~runners.spark.execution.batch` makes each stage a dataset of the run's backend
    (:mod:`~runners.spark.backends`: an RDD on classic Spark, a DataFrame on Spark Connect):

@@ -105,8 +105,7 @@ from apache_beam.transforms.trigger import (  # noqa: E402
 from apache_beam.utils import proto_utils  # noqa: E402
 
 from runners.spark.worker.executor_identity import executor_name  # noqa: E402
-from runners.spark.worker.fast_paths import install_fast_paths  # noqa: E402
-from runners.spark.worker.fast_paths import install_fast_paths  # noqa: E402
+from runners.spark.fast_paths import install_fast_paths  # noqa: E402
 
 
 def create_unmerged_trigger_driver(windowing: Any, clock: Any) -> Any:

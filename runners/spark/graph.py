@@ -1,7 +1,7 @@
 """The pipeline graph as Graphviz DOT: which transforms the Spark runner fuses into which stage.
 
 On the SparkRunner the graph is the runner's own execution plan
-(:func:`runners.spark.planning.plan`, used read-only): one cluster per fused stage holding
+(:func:`runners.spark.planning.execution_plan.plan`, used read-only): one cluster per fused stage holding
 the transforms that run together in one Spark task, the runner's GroupByKeys (shuffles)
 as diamonds between stages, side inputs as dashed edges. For any other runner the graph
 shows Beam's primitive transforms *without* fusion (that runner fuses as it likes),
@@ -34,7 +34,6 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from runners.spark import planning, support
 from runners.spark.beam_internals import (
     DATA_INPUT_URN,
     DATA_OUTPUT_URN,
@@ -42,6 +41,7 @@ from runners.spark.beam_internals import (
     beam_fn_api_pb2,
     split_buffer_id,
 )
+from runners.spark.planning import execution_plan, support
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -50,8 +50,8 @@ RENDERED_FORMATS = {".svg": "svg", ".png": "png"}
 
 
 #: The node a runner-executed stage shows (fusion names it after its mangled transform ids).
-_RUNNER_STAGE_LABELS = {planning.TEST_STREAM_STAGE: "TestStream",
-                        planning.RESHUFFLE_STAGE: "Reshuffle"}
+_RUNNER_STAGE_LABELS = {execution_plan.TEST_STREAM_STAGE: "TestStream",
+                        execution_plan.RESHUFFLE_STAGE: "Reshuffle"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,20 +95,20 @@ def _node(stage: int, name: str) -> str:
 def fused_stage_graph(pipeline: Any, options: Optional[PipelineOptions] = None) -> PipelineGraph:
     """The Spark runner's fused stages for ``pipeline``, as a :class:`PipelineGraph`.
 
-    Prepares the pipeline's proto as the runner does (:func:`planning.pipeline_proto`, which
+    Prepares the pipeline's proto as the runner does (:func:`execution_plan.pipeline_proto`, which
     sets deterministic key coders on GroupByKey inputs, as a run would).
     """
     options = options or pipeline.options or PipelineOptions()
-    proto = planning.pipeline_proto(pipeline, options)
+    proto = execution_plan.pipeline_proto(pipeline, options)
     streaming = support.runs_in_streaming(proto, options)
     # Every Beam step as fusion made the stage, however its steps then run.
-    plan = planning.plan(proto, streaming=streaming, chain_steps=False)
+    plan = execution_plan.plan(proto, streaming=streaming, chain_steps=False)
     stages: List[Stage] = []
     producers: Dict[bytes, List[str]] = {}  # buffer -> nodes writing it
     consumers: Dict[bytes, List[Tuple[str, str]]] = {}  # buffer -> (node, style) reading it
     edges: List[Edge] = []
     for spec in plan.stages:
-        if spec.kind != planning.SDK_STAGE:
+        if spec.kind != execution_plan.SDK_STAGE:
             # A runner stage (TestStream, Reshuffle) is one node that reads and writes buffers.
             label = _RUNNER_STAGE_LABELS.get(spec.kind, spec.kind)
             node = _node(spec.index, label)

@@ -31,13 +31,14 @@ from typing import Any, Optional, Sequence, Tuple
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner
 
-from runners.spark import backends, planning, support, working_directory
+from runners.spark import backends, working_directory
 from runners.spark import options as spark_options
 from runners.spark.backends.base import Backend
 from runners.spark.dependencies import staging
 from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.execution.batch import PlanExecution
 from runners.spark.execution.result import ProgressListener, SparkPipelineResult
+from runners.spark.planning import execution_plan, support
 from runners.spark.state.storage.faults import take_retries
 from runners.spark.state.storage.filesystems import DurableStorage
 from runners.spark.state.update import NameMapping
@@ -45,7 +46,7 @@ from runners.spark.streaming.loop import StreamingExecution
 
 _LOGGER = logging.getLogger(__name__)
 
-#: The Beam version whose Reshuffle keeps pane info (see ``planning.plan``).
+#: The Beam version whose Reshuffle keeps pane info (see ``execution_plan.plan``).
 RESHUFFLE_KEEPS_PANES_SINCE = "2.65.0"
 
 class SparkRunner(PipelineRunner):
@@ -83,7 +84,7 @@ class SparkRunner(PipelineRunner):
         self._progress_listeners = list(progress_listeners)
 
     def run_pipeline(self, pipeline, options: PipelineOptions) -> SparkPipelineResult:
-        return self._run(planning.pipeline_proto(pipeline, options), options,
+        return self._run(execution_plan.pipeline_proto(pipeline, options), options,
                          stage_dependencies=True,
                          relative_paths=working_directory.relative_paths(pipeline))
 
@@ -115,7 +116,7 @@ class SparkRunner(PipelineRunner):
         checkpoint_storage = (DurableStorage.open(view.checkpoint_dir, options,
                                                   retry_seconds=view.storage_retry_seconds)
                               if view.checkpoint_dir else None)
-        plan = planning.plan(proto, streaming=streaming, native_reshuffle=not (
+        plan = execution_plan.plan(proto, streaming=streaming, native_reshuffle=not (
             options.is_compat_version_prior_to(RESHUFFLE_KEEPS_PANES_SINCE)),
             chain_steps=view.chain_simple_steps)
         backend = self.backend(options)

@@ -1,7 +1,7 @@
 """Batch or streaming without ``--streaming``: the runner chooses as Beam 2.77's DirectRunner
 chooses its engine, and gives the DirectRunner's result.
 
-* A TestStream runs in streaming; one INFO line of ``runners.spark.support`` says so.
+* A TestStream runs in streaming; one INFO line of ``runners.spark.planning.support`` says so.
 * A pipeline whose unbounded PCollections come from splittable DoFns (PeriodicImpulse, an
   ``UnboundedSource`` read) runs in batch, as the DirectRunner runs it on its FnApiRunner:
   the splittable DoFn runs to its end before the steps after it, so a GroupByKey sees its
@@ -31,7 +31,7 @@ from apache_beam.transforms.periodicsequence import PeriodicImpulse
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, on_timer
 
-MODE_LOGGER = "runners.spark.support"
+MODE_LOGGER = "runners.spark.planning.support"
 MODE_MESSAGE = "without --streaming"
 
 

@@ -14,8 +14,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.periodicsequence import PeriodicImpulse
 
-from runners.spark import planning
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE
+from runners.spark.planning import execution_plan
 from runners.spark.worker.bundles import StageTask, process_partition
 from runners.spark.worker.records import Elements
 
@@ -34,7 +34,7 @@ def _run_in_this_process(plan) -> None:
     Reshuffle keeps its input's coder: its input is the process stage's input)."""
     records = [Elements(0, ENCODED_IMPULSE_VALUE)]
     for stage in plan.stages:
-        if stage.kind == planning.RESHUFFLE_STAGE:
+        if stage.kind == execution_plan.RESHUFFLE_STAGE:
             continue
         task = StageTask(stage, None, None, None, None)
         records = [Elements(0, record.data) for record in process_partition(task, iter(records))
@@ -51,9 +51,9 @@ def test_periodic_impulse_ahead_of_the_clock_is_resumed_at_its_fire_times_withou
          | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + TICKS * TICK_SECONDS,
                            fire_interval=TICK_SECONDS)
          | beam.Map(_received))
-    plan = planning.plan(planning.pipeline_proto(pipeline, PipelineOptions()))
+    plan = execution_plan.plan(execution_plan.pipeline_proto(pipeline, PipelineOptions()))
     assert [stage.kind for stage in plan.stages] == [
-        planning.SDK_STAGE, planning.RESHUFFLE_STAGE, planning.SDK_STAGE]
+        execution_plan.SDK_STAGE, execution_plan.RESHUFFLE_STAGE, execution_plan.SDK_STAGE]
     RECEIVED.clear()
     cpu = time.process_time()
     _run_in_this_process(plan)

@@ -67,8 +67,8 @@ from apache_beam.utils.windowed_value import (
     WindowedValue,
 )
 
-from runners.spark import planning
 from runners.spark.chains.planning import CHAINED_STEPS_URN, chain_order, why_not_chained
+from runners.spark.planning import execution_plan
 from runners.spark.worker.bundles import StageProcessor
 
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
@@ -400,7 +400,7 @@ def build_proto(build: Callable[[Any], Any], windowing: str = "global",
              | "Sink" >> beam.Map(lambda _, side: None, beam.pvalue.AsIter(built)))
     if visit is not None:
         pipeline.visit(visit)
-    return planning.pipeline_proto(pipeline, options)
+    return execution_plan.pipeline_proto(pipeline, options)
 
 
 def inputs_for(values: Sequence[Any], windowing: str = "global") -> list[WindowedValue]:
@@ -488,7 +488,7 @@ def run_stage(proto, first_step: str, inputs: Sequence[WindowedValue], chain: bo
     """Plan ``proto`` (chaining on or off), run the stage holding ``first_step`` on
     ``inputs`` as one bundle (``bundles`` times, on the same processor), and decode what
     the last bundle writes."""
-    plan = planning.plan(proto, chain_steps=chain)
+    plan = execution_plan.plan(proto, chain_steps=chain)
     stage = stage_with(plan, first_step)
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
     processor = StageProcessor(stage.descriptor)
@@ -866,7 +866,7 @@ def test_the_decode_loop_reads_as_beams_data_input(monkeypatch):
     proto = build_proto(lambda pc: pc | "Double" >> beam.Map(double), "sliding")
     inputs = inputs_for(range(5), "sliding")
     ours = run_stage(proto, "Double", inputs, chain=True)
-    plan = planning.plan(proto)
+    plan = execution_plan.plan(proto)
     stage = stage_with(plan, "Double")
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
     input_id, data = encoded_inputs(stage, descriptor, PipelineContext(plan.components),
@@ -947,7 +947,7 @@ def test_errors_are_raised_as_beam_raises_them(name):
     proto = build_proto(build)
     off = _raised(proto, stage_step, [1, 2, 3], chain=False)
     on = _raised(proto, stage_step, [1, 2, 3], chain=True)
-    plan = planning.plan(proto, chain_steps=True)
+    plan = execution_plan.plan(proto, chain_steps=True)
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
         stage_with(plan, stage_step).descriptor)
     assert chains_of(descriptor), "the failing stage runs a chain"
@@ -987,7 +987,7 @@ def test_a_failing_setup_is_raised_as_beam_raises_it():
                         | "NoSetup" >> beam.ParDo(SetupFails()))
     errors = []
     for chain in (False, True):
-        plan = planning.plan(proto, chain_steps=chain)
+        plan = execution_plan.plan(proto, chain_steps=chain)
         descriptor = stage_with(plan, "Double").descriptor
         with pytest.raises(Exception) as caught:
             StageProcessor(descriptor)
@@ -1027,10 +1027,10 @@ def test_steps_that_need_more_than_the_element_keep_beams_operation(name):
             if labels([t.unique_name]) == ["X"] and not t.subtransforms]
     reason = why_not_chained(x)
     assert reason is not None and reason_word in reason, reason
-    plan = planning.plan(proto, chain_steps=True)
+    plan = execution_plan.plan(proto, chain_steps=True)
     chains, plain = [], set()
     for stage in plan.stages:
-        if stage.descriptor and stage.kind == planning.SDK_STAGE:
+        if stage.descriptor and stage.kind == execution_plan.SDK_STAGE:
             descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
             chains += [labels(chain) for chain in chains_of(descriptor)]
             plain |= {t.unique_name for t in descriptor.transforms.values()
@@ -1058,7 +1058,7 @@ def test_a_merging_window_fn_is_not_chained():
     (window,) = [t for t in proto.components.transforms.values()
                  if t.unique_name == "Window"]
     assert "not a ParDo" in why_not_chained(window)
-    plan = planning.plan(proto, chain_steps=True)
+    plan = execution_plan.plan(proto, chain_steps=True)
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
         stage_with(plan, "Double").descriptor)
     assert sorted(map(labels, chains_of(descriptor))) == [["Double"], ["Inc"]]
@@ -1099,7 +1099,7 @@ def test_the_runtime_type_check_option_alone_checks_nothing_in_process():
     output's ``VarIntCoder`` first meets it (no TypeCheckError)."""
     options = PipelineOptions(["--runtime_type_check"])
     proto = build_proto(_typed, options=options)
-    plan = planning.plan(proto, chain_steps=True)
+    plan = execution_plan.plan(proto, chain_steps=True)
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(
         stage_with(plan, "Typed").descriptor)
     assert chains_of(descriptor) == [["Typed"]]
@@ -1170,9 +1170,9 @@ def test_on_spark_the_same_output_and_metrics_with_and_without_chains(spark_sess
         # What the runner plans for these options: the chain is there with "true" only.
         planned = beam.Pipeline(options=options)
         _spark_pipeline(planned)
-        plan = planning.plan(planning.pipeline_proto(planned, options),
+        plan = execution_plan.plan(execution_plan.pipeline_proto(planned, options),
                              chain_steps=validated(options).chain_simple_steps)
-        chains = [labels(chain) for stage in plan.stages if stage.kind == planning.SDK_STAGE
+        chains = [labels(chain) for stage in plan.stages if stage.kind == execution_plan.SDK_STAGE
                   for chain in chains_of(
                       beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor))]
         chained = any(chain[-4:] == ["Count", "Keep", "Window", "Sum"] for chain in chains)

@@ -1,4 +1,4 @@
-"""The fast paths of ``runners/spark/worker/fast_paths.py`` give what Beam's own functions give.
+"""The fast paths of ``runners/spark/fast_paths.py`` give what Beam's own functions give.
 
 Each case is run through the fast path (installed on import of the runner) and through
 Beam's original function (kept in ``BEAM_ORIGINALS``); results are compared by value and by
@@ -17,7 +17,7 @@ from apache_beam.transforms.window import (
 )
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Duration, Timestamp
 
-from runners.spark.worker.fast_paths import BEAM_ORIGINALS, install_fast_paths
+from runners.spark.fast_paths import BEAM_ORIGINALS, install_fast_paths
 
 install_fast_paths()  # as importing the runner's Beam internals does
 

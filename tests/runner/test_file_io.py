@@ -76,7 +76,7 @@ def test_the_reshuffle_of_a_splittable_read_reads_only_its_elements(tmp_path):
     the split elements, and not the DoFn's side input (the files' indices)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from runners.spark.planning import RESHUFFLE_STAGE, pipeline_proto, plan
+    from runners.spark.planning.execution_plan import RESHUFFLE_STAGE, pipeline_proto, plan
 
     (tmp_path / "in.csv").write_text("a,b\n1,x\n")
     pipeline = beam.Pipeline()

@@ -18,7 +18,7 @@ from apache_beam.runners.pipeline_context import PipelineContext
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from runners.spark import planning
+from runners.spark.planning import execution_plan
 from runners.spark.worker import bundles, side_inputs
 from runners.spark.worker.bundles import StageTask, process_partition
 from runners.spark.worker.components import SharedComponents
@@ -44,7 +44,7 @@ def _plan():
     _ = (pipeline | "Once" >> beam.Impulse()
          | "Read" >> beam.Map(lambda unused, value: value, beam.pvalue.AsSingleton(side))
          | "Out" >> beam.Reshuffle())
-    plan = planning.plan(planning.pipeline_proto(pipeline, options))
+    plan = execution_plan.plan(execution_plan.pipeline_proto(pipeline, options))
     (stage,) = [stage for stage in plan.stages if stage.side_inputs]
     return plan, stage
 

@@ -13,8 +13,9 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import environments
 
-from runners.spark import planning, support
 from runners.spark.beam_internals import beam_runner_api_pb2, common_urns
+from runners.spark.planning import execution_plan, support
+
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 
@@ -74,7 +75,7 @@ def _pipeline_with_a_java_step() -> beam_runner_api_pb2.Pipeline:
 
 
 def test_transform_of_another_sdk_is_refused():
-    with pytest.raises(planning.UnsupportedPipelineError, match="'JavaStep.*another SDK"):
+    with pytest.raises(execution_plan.UnsupportedPipelineError, match="'JavaStep.*another SDK"):
         support.check_supported(_pipeline_with_a_java_step(), streaming=False)
 
 
@@ -99,7 +100,7 @@ def test_a_primitive_unbounded_read_is_refused_in_either_mode(streaming):
     proto = _pipeline_with_a_primitive_unbounded_read()
     options = PipelineOptions(streaming=streaming)
     assert support.runs_in_streaming(proto, options) is streaming
-    with pytest.raises(planning.UnsupportedPipelineError,
+    with pytest.raises(execution_plan.UnsupportedPipelineError,
                        match="'ReadEndless'.*write the source as a splittable DoFn"):
         support.check_supported(proto, streaming)
 
@@ -107,7 +108,7 @@ def test_a_primitive_unbounded_read_is_refused_in_either_mode(streaming):
 @pytest.mark.parametrize("runner_name", ["SparkRunner"], indirect=True)
 def test_an_unsupported_pipeline_is_refused_before_spark_runs(runner, spark_session):
     before = _last_job_id(spark_session.sparkContext)
-    with pytest.raises(planning.UnsupportedPipelineError, match="'JavaStep.*another SDK"):
+    with pytest.raises(execution_plan.UnsupportedPipelineError, match="'JavaStep.*another SDK"):
         runner.run_portable_pipeline(_pipeline_with_a_java_step(), PipelineOptions())
     assert _last_job_id(spark_session.sparkContext) == before + 1
 

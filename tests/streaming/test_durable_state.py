@@ -15,8 +15,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream as streams
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
-from runners.spark import planning
 from runners.spark.options import is_local_master
+from runners.spark.planning import execution_plan
 from runners.spark.state.storage.filesystems import DurableStorage, StorageError
 from runners.spark.state.store import RUN_DIRECTORY_PREFIX
 from runners.spark.streaming.loop import check_durable_state
@@ -69,7 +69,7 @@ def _keyed_plan():
     pipeline = beam.Pipeline(options=PipelineOptions(streaming=True))
     _ = (pipeline | streams.TestStream().add_elements([("k", 1)])
          | beam.WindowInto(FixedWindows(10)) | "Sum" >> beam.CombinePerKey(sum))
-    return planning.plan(planning.pipeline_proto(pipeline, pipeline.options), streaming=True)
+    return execution_plan.plan(execution_plan.pipeline_proto(pipeline, pipeline.options), streaming=True)
 
 
 def test_a_cluster_run_with_keyed_state_needs_a_checkpoint_location(tmp_path):

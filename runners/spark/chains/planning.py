@@ -21,7 +21,7 @@ doubt: it keeps Beam's operation.
 
 >>> import apache_beam as beam
 >>> from apache_beam.transforms.window import FixedWindows
->>> from runners.spark.planning import pipeline_proto
+>>> from runners.spark.planning.execution_plan import pipeline_proto
 >>> pipeline = beam.Pipeline()
 >>> _ = (pipeline | beam.Create([1, 2]) | "Double" >> beam.Map(lambda x: 2 * x)
 ...      | "Even" >> beam.Filter(lambda x: x % 4 == 0)

@@ -22,7 +22,7 @@ from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.execution import shuffle
 from runners.spark.execution.run_context import RunCancelled, RunContext
 from runners.spark.execution.stage_pass import StageGraph
-from runners.spark.planning import ExecutionPlan, GroupSpec, StageSpec
+from runners.spark.planning.execution_plan import ExecutionPlan, GroupSpec, StageSpec
 from runners.spark.worker.bundles import StageTask, process_partition
 
 __all__ = ["PlanExecution", "RunCancelled"]

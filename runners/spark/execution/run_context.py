@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from runners.spark.backends.base import Backend, Dataset, JobNames, RunMetrics
 from runners.spark.dependencies.worker import JobEnvironment
-from runners.spark.planning import ExecutionPlan, StageSpec
+from runners.spark.planning.execution_plan import ExecutionPlan, StageSpec
 from runners.spark.worker.bundles import StageTask
 from runners.spark.worker.components import SharedComponents
 from runners.spark.worker.replay_names import BundleNamer

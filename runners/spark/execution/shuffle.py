@@ -40,7 +40,7 @@ from apache_beam.utils import windowed_value
 
 from runners.spark.backends.base import Dataset
 from runners.spark.beam_internals import create_trigger_driver
-from runners.spark.planning import GroupSpec
+from runners.spark.planning.execution_plan import GroupSpec
 from runners.spark.worker.components import (
     SharedComponents,
     encode_chunks,

@@ -40,7 +40,7 @@ from runners.spark.backends.stage_labels import stage_label
 from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER
 from runners.spark.execution import shuffle
 from runners.spark.execution.run_context import RunContext
-from runners.spark.planning import (
+from runners.spark.planning.execution_plan import (
     RESHUFFLE_STAGE,
     TEST_STREAM_STAGE,
     GroupSpec,

@@ -9,7 +9,7 @@ the client that submitted it goes away, and its state, messages and metrics can 
 
 Environments. The runner executes Python transforms in Spark's own Python workers, so every
 environment Beam's Python SDK sends (LOOPBACK, EXTERNAL, PROCESS, DOCKER) is rewritten to the
-embedded Python environment before planning. The trade-off: the worker a LOOPBACK client
+embedded Python environment before execution_plan. The trade-off: the worker a LOOPBACK client
 starts is not used, no container or process is started, and the pipeline's code runs on the
 server's interpreter, so it must be importable (or pickled by value) there; staged artifacts
 are shipped to executors (:mod:`runners.spark.dependencies.artifacts`). A pipeline needing another SDK
@@ -42,12 +42,8 @@ import grpc
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from runners.spark import planning, support
-from runners.spark.backends.base import Backend
-from runners.spark.dependencies import artifacts
-from runners.spark.dependencies import packages as job_packages
-from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark import options as spark_options
+from runners.spark.backends.base import Backend
 from runners.spark.beam_internals import (
     abstract_job_service,
     artifact_service,
@@ -65,6 +61,10 @@ from runners.spark.beam_internals import (
     resolve_environment_dependencies,
     validate_pipeline_graph,
 )
+from runners.spark.dependencies import artifacts
+from runners.spark.dependencies import packages as job_packages
+from runners.spark.dependencies.worker import JobEnvironment
+from runners.spark.planning import execution_plan, support
 from runners.spark.runner import SparkRunner
 
 JobState = beam_job_api_pb2.JobState
@@ -206,7 +206,7 @@ class SparkBeamJob(abstract_job_service.AbstractBeamJob):
             spark_options.validated(self._options)
             support.check_supported(
                 self._executable, support.runs_in_streaming(self._executable, self._options))
-        except (ValueError, planning.UnsupportedPipelineError) as error:
+        except (ValueError, execution_plan.UnsupportedPipelineError) as error:
             raise InvalidJobError(str(error)) from error
         self._lock = threading.Lock()
         self._state_queues: list = []

@@ -73,7 +73,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from runners.spark.beam_internals import DistributionData, monitoring_infos
-from runners.spark.planning import ExecutionPlan
+from runners.spark.planning.execution_plan import ExecutionPlan
 from runners.spark.state.changelog import file_name
 from runners.spark.state.encoding import STATE_VERSION, StateVersionError
 from runners.spark.state.manifest_coders import state_decoding

@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterable, Optional, Set
 
 # The runner's own coder URNs (microsecond windowed values and timers) register on import:
 # a reader builds the coders the job's plan used.
-import runners.spark.worker.coders  # noqa: F401
+import runners.spark.planning.coders  # noqa: F401
 from runners.spark.beam_internals import (
     PipelineContext,
     beam_fn_api_pb2,
@@ -48,7 +48,7 @@ from runners.spark.beam_internals import (
     common_urns,
     python_urns,
 )
-from runners.spark.planning import SDK_STAGE, ExecutionPlan, stateful_par_do
+from runners.spark.planning.execution_plan import SDK_STAGE, ExecutionPlan, stateful_par_do
 
 GROUP_BY_KEY = "GroupByKey"
 STATEFUL_DO_FN = "stateful DoFn"

@@ -43,7 +43,12 @@ from runners.spark.beam_internals import (
     split_buffer_id,
 )
 from runners.spark.chains.planning import unchained_transforms
-from runners.spark.planning import SDK_STAGE, TEST_STREAM_STAGE, ExecutionPlan, par_do_payload
+from runners.spark.planning.execution_plan import (
+    SDK_STAGE,
+    TEST_STREAM_STAGE,
+    ExecutionPlan,
+    par_do_payload,
+)
 
 GROUP_BY_KEY = "GroupByKey"
 STATEFUL_DO_FN = "stateful DoFn"

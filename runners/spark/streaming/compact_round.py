@@ -27,7 +27,7 @@ import dataclasses
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from runners.spark.execution.shuffle import deal_elements, join_dealt, keyed_records
-from runners.spark.planning import RESHUFFLE_STAGE, GroupSpec, StageSpec
+from runners.spark.planning.execution_plan import RESHUFFLE_STAGE, GroupSpec, StageSpec
 from runners.spark.streaming.grouping import process_group_partition
 from runners.spark.streaming.keyed_batch import KeyedBatch
 from runners.spark.streaming.side_input_readiness import ReadinessCheck, split_ready

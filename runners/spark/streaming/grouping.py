@@ -32,7 +32,7 @@ from runners.spark.beam_internals import (
     create_trigger_driver,
     create_unmerged_trigger_driver,
 )
-from runners.spark.planning import GroupSpec
+from runners.spark.planning.execution_plan import GroupSpec
 from runners.spark.state.encoding import (
     TriggerStateCodec,
     expire_windows,

@@ -56,7 +56,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from runners.spark.backends.base import Backend, RunMetrics
 from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.execution.run_context import RunCancelled, RunContext
-from runners.spark.planning import TEST_STREAM_STAGE, ExecutionPlan
+from runners.spark.planning.execution_plan import TEST_STREAM_STAGE, ExecutionPlan
 from runners.spark.state.checkpoint import Checkpoints
 from runners.spark.state.encoding import processing_micros
 from runners.spark.state.storage.filesystems import DurableStorage

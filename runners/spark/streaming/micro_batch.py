@@ -33,7 +33,12 @@ from runners.spark.beam_internals import ENCODED_IMPULSE_VALUE, IMPULSE_BUFFER, 
 from runners.spark.execution import shuffle
 from runners.spark.execution.run_context import RunContext
 from runners.spark.execution.stage_pass import PassPlan, StageGraph
-from runners.spark.planning import RESHUFFLE_STAGE, TEST_STREAM_STAGE, GroupSpec, StageSpec
+from runners.spark.planning.execution_plan import (
+    RESHUFFLE_STAGE,
+    TEST_STREAM_STAGE,
+    GroupSpec,
+    StageSpec,
+)
 from runners.spark.state.encoding import processing_micros
 from runners.spark.state.storage.filesystems import DurableStorage
 from runners.spark.streaming.compact_round import (

@@ -30,7 +30,7 @@ from runners.spark.beam_internals import (
     common_urns,
     unpickle_dofn,
 )
-from runners.spark.planning import SDK_STAGE, ExecutionPlan
+from runners.spark.planning.execution_plan import SDK_STAGE, ExecutionPlan
 from runners.spark.streaming.unbounded import CarriedResidual, CarriedResiduals
 from runners.spark.worker.components import SharedComponents
 

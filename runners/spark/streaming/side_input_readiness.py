@@ -46,7 +46,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Tuple
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import window_mapping_fn
-from runners.spark.planning import StageSpec
+from runners.spark.planning.execution_plan import StageSpec
 from runners.spark.worker.components import SharedComponents, iter_encoded
 from runners.spark.worker.records import Elements, HeldElements
 

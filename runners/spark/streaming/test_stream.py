@@ -18,7 +18,7 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import beam_runner_api_pb2
-from runners.spark.planning import StageSpec
+from runners.spark.planning.execution_plan import StageSpec
 from runners.spark.worker.components import SharedComponents, encode_chunks
 
 

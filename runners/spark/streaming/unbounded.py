@@ -60,7 +60,7 @@ from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tup
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import beam_fn_api_pb2, common_urns, monitoring_infos
-from runners.spark.planning import SDK_STAGE, StageSpec
+from runners.spark.planning.execution_plan import SDK_STAGE, StageSpec
 from runners.spark.worker.bundles import DeferredWork, StageTask, process_partition
 from runners.spark.worker.records import Elements, Residual, SplittableReport
 

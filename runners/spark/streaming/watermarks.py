@@ -24,7 +24,7 @@ from typing import Any, Dict, Optional
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from runners.spark.beam_internals import IMPULSE_BUFFER
-from runners.spark.planning import TEST_STREAM_STAGE, ExecutionPlan, StageSpec
+from runners.spark.planning.execution_plan import TEST_STREAM_STAGE, ExecutionPlan, StageSpec
 from runners.spark.streaming.keyed_step import KeyedStep
 from runners.spark.streaming.side_input_readiness import HeldElementsStore
 from runners.spark.streaming.unbounded import CarriedResiduals

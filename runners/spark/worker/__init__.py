@@ -5,9 +5,7 @@ and the records, metrics and errors it hands back.
   Beam's SDK harness in process.
 * :mod:`~runners.spark.worker.components`: the pipeline's coders and windowing strategies,
   rebuilt once per worker from the broadcast bytes.
-* :mod:`~runners.spark.worker.coders`: windowed values with microsecond timestamps.
 * :mod:`~runners.spark.worker.decode_loop`: the stage input's decode loop.
-* :mod:`~runners.spark.worker.fast_paths`: Beam's timestamp and window hot paths, faster.
 * :mod:`~runners.spark.worker.side_inputs`: side inputs served to bundles as state.
 * :mod:`~runners.spark.worker.records`: the records that flow between Spark stages.
 * :mod:`~runners.spark.worker.metrics`: metrics collected per bundle, merged on the driver.

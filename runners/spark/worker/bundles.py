@@ -53,7 +53,7 @@ from runners.spark.beam_internals import (
 from runners.spark.chains import operation as _chain_operation  # noqa: F401 - registers it
 from runners.spark.chains.window_assignment import use_native_window_assignment
 from runners.spark.dependencies.worker import JobEnvironment, prepare_python_worker
-from runners.spark.planning import StageSpec
+from runners.spark.planning.execution_plan import StageSpec
 from runners.spark.worker.components import SharedComponents, iter_encoded
 from runners.spark.worker.decode_loop import STAGE_INPUT_URNS, use_decode_loop
 from runners.spark.worker.errors import TaskFailure

@@ -19,7 +19,7 @@ from runners.spark.beam_internals import (
 )
 
 # Registers the runner's own coder URN: a stage's proto may name it in any task.
-from runners.spark.worker import coders as _coders  # noqa: F401
+from runners.spark.planning import coders as _coders  # noqa: F401
 
 #: digest -> PipelineContext, per Python worker process.
 _CONTEXTS: Dict[str, Any] = {}

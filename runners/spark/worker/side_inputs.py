@@ -35,7 +35,7 @@ from runners.spark.beam_internals import (
     load_user_state_cells,
     user_state_cells,
 )
-from runners.spark.planning import SideInputSpec
+from runners.spark.planning.execution_plan import SideInputSpec
 
 SideInputTable = Dict[bytes, List[bytes]]
 

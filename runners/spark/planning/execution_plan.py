@@ -1,7 +1,7 @@
 """From a Beam pipeline to an execution plan of fused stages (driver side).
 
 Planning turns the pipeline into its portable proto (what it cannot run is refused before,
-by :mod:`~runners.spark.support`), fuses transforms into stages with Beam's own FnApiRunner
+by :mod:`~runners.spark.planning.support`), fuses transforms into stages with Beam's own FnApiRunner
 phases, and describes each stage with picklable plain data: the serialized
 ``ProcessBundleDescriptor`` the SDK harness executes, and the buffers the stage reads and
 writes. Buffers connect stages: ``materialize:<id>`` (elements as produced), ``group:<id>``
@@ -220,7 +220,7 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
     )
     if streaming:
         # Pane timestamps (a window's end, x.999999) must survive the data plane exactly.
-        from runners.spark.worker.coders import use_microsecond_timestamps
+        from runners.spark.planning.coders import use_microsecond_timestamps
 
         use_microsecond_timestamps(context.components, common_urns.coders.WINDOWED_VALUE.urn,
                                    common_urns.coders.TIMER.urn)

@@ -29,7 +29,7 @@ streaming only.
 
 >>> import apache_beam as beam
 >>> from apache_beam.options.pipeline_options import PipelineOptions
->>> from runners.spark.planning import pipeline_proto
+>>> from runners.spark.planning.execution_plan import pipeline_proto
 >>> pipeline = beam.Pipeline()
 >>> _ = pipeline | beam.Create([1]) | beam.Map(str)
 >>> proto = pipeline_proto(pipeline, pipeline.options)
@@ -52,7 +52,7 @@ from runners.spark.beam_internals import (
     common_urns,
     python_urns,
 )
-from runners.spark.planning import UnsupportedPipelineError, par_do_payload
+from runners.spark.planning.execution_plan import UnsupportedPipelineError, par_do_payload
 
 #: Leaf transforms without an SDK environment that the runner knows how to execute.
 RUNNER_EXECUTED = RUNNER_URNS | {
