@@ -34,10 +34,8 @@ import dataclasses
 import os
 import shutil
 import sys
-from typing import Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Protocol, Tuple
 
-
-from runners.spark.backends.base import Backend
 from runners.spark.beam_internals import beam_runner_api_pb2, common_urns, pickler, proto_utils
 from runners.spark.dependencies import packages as job_packages
 from runners.spark.dependencies import worker as job_environment
@@ -108,7 +106,19 @@ class ShippedArtifacts:
         return job_environment.JobEnvironment(self.site, self.main_session)
 
 
-def ship_to_executors(backend: Backend, files: List[Tuple[str, str]], work_dir: str,
+class FileShipping(Protocol):
+    """What shipping needs of a Spark: the two file methods of the runner's backends
+    (:class:`runners.spark.backends.base.Backend`, which this package does not import: the
+    backends ship the project with it)."""
+
+    def add_python_file(self, path: str) -> None:
+        """A ``.py``, ``.zip`` or ``.egg`` on every Python worker's path."""
+
+    def add_file(self, path: str) -> None:
+        """A file tasks find with ``SparkFiles.get(basename)``."""
+
+
+def ship_to_executors(backend: FileShipping, files: List[Tuple[str, str]], work_dir: str,
                       job_id: str) -> ShippedArtifacts:
     """Make the staged ``files`` available to the job's tasks (see module doc).
 

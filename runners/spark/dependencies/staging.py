@@ -32,7 +32,6 @@ from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 
-from runners.spark.backends.base import Backend
 from runners.spark.beam_internals import beam_runner_api_pb2, environments
 from runners.spark.dependencies import artifacts
 
@@ -46,7 +45,7 @@ def needs_staging(options: PipelineOptions) -> bool:
                 or setup.save_main_session)
 
 
-def stage_for_executors(backend: Backend, options: PipelineOptions,
+def stage_for_executors(backend: artifacts.FileShipping, options: PipelineOptions,
                         job_id: Optional[str] = None) -> Optional[artifacts.ShippedArtifacts]:
     """Stage what ``options`` name and ship it to the workers of ``backend``; None if
     nothing is named (the run's tasks carry ``environment()`` of what it returns).
