@@ -28,8 +28,8 @@ setup(
         # this C extension it does so in pure Python: a consumer spent 20 us per record
         # without it, 7 us with it (100,000 records of ~90 bytes, noida broker).
         "crc32c>=2.3,<3",
-        # Streaming keyed state, on each executor's local disk (runners/spark/streaming/
-        # state_store.py): an embedded B+tree store with transactions, as a wheel.
+        # Streaming keyed state, on each executor's local disk (runners/spark/state/
+        # store.py): an embedded B+tree store with transactions, as a wheel.
         "lmdb>=1.4,<4",
         # The job server installs staged source distributions offline (no build isolation):
         # setuptools >= 70.1 builds wheels by itself, without the `wheel` package.

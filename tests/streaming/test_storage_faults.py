@@ -1,6 +1,6 @@
 """Storage that misbehaves under a streaming job: corrupt state files, an object store that
-throttles, fails and resets, permanent errors, and full disks (runners/spark/streaming/
-storage_faults.py, state_files.py, state_store.py).
+throttles, fails and resets, permanent errors, and full disks (runners/spark/state/:
+storage/faults.py, changelog.py, store.py).
 
 Every fault is real: bytes flipped in files the job wrote, an S3 server on loopback behind a
 fault-injecting proxy (tests/s3_fault_proxy.py), and tmpfs mounts that fill. The job is the

@@ -1,11 +1,11 @@
 """A key partition's durable state: the files in ``--checkpoint_dir`` that rebuild its store.
 
-With a checkpoint location, the executor's LMDB store (:mod:`~runners.spark.streaming.
-state_store`) is a cache: every task that changes it also writes, after its commit and
+With a checkpoint location, the executor's LMDB store (:mod:`~runners.spark.state.
+store`) is a cache: every task that changes it also writes, after its commit and
 before the batch counts as done, the rows it changed (a *delta*) to
 ``<checkpoint dir>/state/<step>/<partition>/``; from time to time a compact copy of the whole
-store (a *snapshot*, written in the background: :mod:`~runners.spark.streaming.
-background_snapshots`) starts a new chain. A partition's durable
+store (a *snapshot*, written in the background: :mod:`~runners.spark.state.
+snapshots`) starts a new chain. A partition's durable
 state is its *chain*: a snapshot (or nothing) and the deltas after it, oldest first, each a
 :class:`StateFile`. The driver learns every file from the tasks' reports and hands each
 task its partition's chain; a task that finds no store at the version it expects (it runs

@@ -222,7 +222,7 @@ class Checkpoints:
     @property
     def decoding(self) -> Dict[str, Any]:
         """What a state reader decodes this pipeline's state with (:func:`~runners.spark.
-        streaming.state_coders.state_decoding`), kept in every manifest."""
+        state.manifest_coders.state_decoding`), kept in every manifest."""
         if self._decoding is None:
             self._decoding = state_decoding(self.plan)
         return self._decoding

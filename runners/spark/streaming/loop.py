@@ -94,14 +94,14 @@ class StreamingExecution:
         :mod:`~runners.spark.streaming.batch_report`).
       checkpoint_storage: ``--checkpoint_dir``: keyed state is durable there at every batch,
         and the loop is checkpointed there and resumes from it (see :mod:`~runners.spark.
-        streaming.checkpoint`); None: no checkpoints (refused on a cluster master when the
+        state.checkpoint`); None: no checkpoints (refused on a cluster master when the
         pipeline has keyed state).
       checkpoint_interval: batches between checkpoints.
       compact_rounds: run small rounds in one task on a local master (see :mod:`~runners.
         spark.streaming.compact_round`).
       name_mapping: ``--transform_name_mapping``: resuming the checkpoint of an earlier
         version of the pipeline, its steps' old names -> new (see :mod:`~runners.spark.
-        streaming.update`).
+        state.update`).
       environment: what the pipeline staged for its workers.
     """
 

@@ -2,7 +2,7 @@
 
 A keyed step's store row (:mod:`~runners.spark.state.store`) is a header (the
 version that wrote it, wakes, the watermark hold) and a blob (:mod:`~runners.spark.
-streaming.state`): a GroupByKey's trigger state, or a stateful DoFn's user-state cells and
+state.encoding`): a GroupByKey's trigger state, or a stateful DoFn's user-state cells and
 timers. :func:`decode_key` turns one into :class:`StateRow` s, one per buffered element,
 trigger bookkeeping cell, watermark hold, user-state value and timer, decoded with the
 step's coders (:mod:`~runners.spark.state.manifest_coders`) where they could be built; a
@@ -38,7 +38,7 @@ from runners.spark.state.store import decode_row
 #: The classes a state blob may name (all else is refused).
 _ALLOWED = {("apache_beam.utils.timestamp", "Timestamp"): Timestamp,
             ("apache_beam.utils.timestamp", "Duration"): Duration}
-#: Trigger-state tags with a meaning of their own (``state.py``, Beam's trigger driver).
+#: Trigger-state tags with a meaning of their own (``encoding.py``, Beam's trigger driver).
 _ELEMENTS_TAG = "elements"
 _HOLD_TAG = "watermark"
 
