@@ -44,7 +44,7 @@ from runners.spark.state.encoding import (
 from runners.spark.state.store import KeyState
 from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, BatchClock, KeyedBatch
 from runners.spark.worker.components import SharedComponents, encode_chunks
-from runners.spark.worker.errors import TaskFailure
+from runners.spark.worker.errors import failing_as_task
 from runners.spark.worker.records import Elements, KeyedElements, unpack_keyed
 
 
@@ -100,36 +100,32 @@ def process_group_partition(spec: GroupSpec, components: SharedComponents, batch
     output_before = times.timestamp("output_before")
     input_after = times.timestamp("input_after")
     panes: List[Any] = []
-    try:  # the store's errors (lost or corrupt state, storage faults) reach the driver whole
-        with batch.open_state(partition) as store:
-            due = store.due(times.input_after, processing_micros(times.processing_time))
-            for encoded_key in sorted(set(elements) | due):
-                found = store.get(encoded_key)
-                state = codec.decode(found.blob) if found is not None else InMemoryUnmergedState()
-                key_driver = drivers.for_state(state)
-                values = elements.get(encoded_key)
-                key = values[0].value[0] if values else key_impl.decode(encoded_key)
-                if values:
-                    for pane in key_driver.process_elements(
-                            state, [value.with_value(value.value[1]) for value in values],
-                            output_before, input_before):
-                        panes.append(pane.with_value((key, pane.value)))
-                for pane in _fire_timers(key_driver, state, input_after, times.processing_time):
+    # the store's errors (lost or corrupt state, storage faults) reach the driver whole
+    with failing_as_task(batch.step), batch.open_state(partition) as store:
+        due = store.due(times.input_after, processing_micros(times.processing_time))
+        for encoded_key in sorted(set(elements) | due):
+            found = store.get(encoded_key)
+            state = codec.decode(found.blob) if found is not None else InMemoryUnmergedState()
+            key_driver = drivers.for_state(state)
+            values = elements.get(encoded_key)
+            key = values[0].value[0] if values else key_impl.decode(encoded_key)
+            if values:
+                for pane in key_driver.process_elements(
+                        state, [value.with_value(value.value[1]) for value in values],
+                        output_before, input_before):
                     panes.append(pane.with_value((key, pane.value)))
-                expire_windows(state, input_after, windowing.allowed_lateness, merge_reach)
-                if is_empty(state):
-                    store.delete(encoded_key)
-                    continue
-                event_wake, processing_wake = trigger_wakes(state, windowing.allowed_lateness,
-                                                            merge_reach)
-                hold = state.get_earliest_hold()
-                store.put(encoded_key, KeyState(
-                    codec.encode(state), event_wake, processing_wake,
-                    None if hold >= MAX_TIMESTAMP else hold.micros))
-    except TaskFailure:
-        raise
-    except Exception as error:
-        raise TaskFailure.wrap(batch.step, error) from None
+            for pane in _fire_timers(key_driver, state, input_after, times.processing_time):
+                panes.append(pane.with_value((key, pane.value)))
+            expire_windows(state, input_after, windowing.allowed_lateness, merge_reach)
+            if is_empty(state):
+                store.delete(encoded_key)
+                continue
+            event_wake, processing_wake = trigger_wakes(state, windowing.allowed_lateness,
+                                                        merge_reach)
+            hold = state.get_earliest_hold()
+            store.put(encoded_key, KeyState(
+                codec.encode(state), event_wake, processing_wake,
+                None if hold >= MAX_TIMESTAMP else hold.micros))
     for chunk in encode_chunks(output_impl, iter(panes)):
         yield Elements(0, chunk)
     yield from reports

@@ -28,7 +28,7 @@ from runners.spark.state.store import KeyState
 from runners.spark.streaming.keyed_batch import MAX_TIMER_ROUNDS, KeyedBatch
 from runners.spark.worker.bundles import PendingTimers, StageTask, checkin, checkout
 from runners.spark.worker.components import join_chunks
-from runners.spark.worker.errors import TaskFailure
+from runners.spark.worker.errors import failing_as_task
 from runners.spark.worker.metrics import pack
 from runners.spark.worker.records import Elements, KeyedElements, unpack_keyed
 from runners.spark.worker.side_inputs import TaskStateHandler
@@ -67,7 +67,8 @@ def _process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: i
     collected: List[Any] = []
     outputs: List[Tuple[int, bytes]] = []
     try:
-        with batch.open_state(partition) as store:
+        with failing_as_task(stage.name, processor.processor.shutdown), \
+                batch.open_state(partition) as store:
             keys: Set[bytes] = set(by_key)
             keys |= store.due(times.input_after, processing_micros(times.processing_time))
             for key in keys:
@@ -107,13 +108,6 @@ def _process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: i
                     encode_user_state(key_cells, key_timers.encoded if key_timers else {}),
                     key_timers.event if key_timers else None,
                     key_timers.processing if key_timers else None))
-    except TaskFailure:
-        processor.processor.shutdown()
-        raise
-    except Exception as error:
-        processor.processor.shutdown()
-        raise TaskFailure.wrap(stage.name, error) from None
-    else:
         checkin(task, processor)
     finally:
         processor.state.target = TaskStateHandler()

@@ -56,7 +56,7 @@ from runners.spark.dependencies.worker import JobEnvironment, prepare_python_wor
 from runners.spark.planning.execution_plan import StageSpec
 from runners.spark.worker.components import SharedComponents, iter_encoded
 from runners.spark.worker.decode_loop import STAGE_INPUT_URNS, use_decode_loop
-from runners.spark.worker.errors import TaskFailure
+from runners.spark.worker.errors import failing_as_task
 from runners.spark.worker.metrics import pack
 from runners.spark.worker.records import Elements
 from runners.spark.worker.replay_names import BundleNamer
@@ -258,14 +258,14 @@ def _shut_down(processors: List[StageProcessor]) -> None:
 def process_partition(
     task: StageTask, records: Iterator[Any], deferred: Optional["DeferredWork"] = None,
 ) -> Iterator[Any]:
-    """Run ``task.stage`` over one partition: :class:`~runners.spark.worker.records.Elements` on the
-    stage's input ports, and reports for the driver, handed on untouched.
+    """Run ``task.stage`` over one partition: :class:`~runners.spark.worker.records.Elements`
+    on the stage's input ports, and reports for the driver, handed on untouched.
 
     Yields ``Elements`` on the stage's output ports, then the reports; raises
-    :class:`TaskFailure` carrying the user's exception when a bundle fails. With ``deferred``
-    (streaming), residuals of self-checkpointing splittable DoFns and bundle finalizations
-    are handed back in it instead of being run here. It runs in the driver's working
-    directory (:mod:`~runners.spark.working_directory`).
+    :class:`~runners.spark.worker.errors.TaskFailure` carrying the user's exception when a
+    bundle fails. With ``deferred`` (streaming), residuals of self-checkpointing splittable
+    DoFns and bundle finalizations are handed back in it instead of being run here. It runs
+    in the driver's working directory (:mod:`~runners.spark.working_directory`).
     """
     with in_driver_directory(task.environment.working_directory):
         yield from _process_partition(task, records, deferred)
@@ -282,21 +282,16 @@ def _process_partition(task: StageTask, records: Iterator[Any],
     reports: List[Any] = []
     timers = PendingTimers(processor, stage)
     try:
-        for bundle in _bundles(task, records, reports):
-            for transform_id, chunk in _run_with_residuals(processor, bundle, {}, timers,
-                                                           collected, deferred, task.namer):
-                yield Elements(output_index[transform_id], chunk)
-        while timers:
-            for transform_id, chunk in _run_with_residuals(processor, {}, timers.due(), timers,
-                                                           collected, deferred, task.namer):
-                yield Elements(output_index[transform_id], chunk)
-    except TaskFailure:  # an upstream stage, pipelined into this task, failed
-        processor.processor.shutdown()
-        raise
-    except Exception as error:
-        processor.processor.shutdown()
-        raise TaskFailure.wrap(stage.name, error) from None
-    else:
+        with failing_as_task(stage.name, processor.processor.shutdown):
+            for bundle in _bundles(task, records, reports):
+                for transform_id, chunk in _run_with_residuals(processor, bundle, {}, timers,
+                                                               collected, deferred, task.namer):
+                    yield Elements(output_index[transform_id], chunk)
+            while timers:
+                for transform_id, chunk in _run_with_residuals(processor, {}, timers.due(),
+                                                               timers, collected, deferred,
+                                                               task.namer):
+                    yield Elements(output_index[transform_id], chunk)
         checkin(task, processor)
     finally:
         processor.state.target = TaskStateHandler()

@@ -11,10 +11,11 @@ with the worker's traceback attached as a note.
 from __future__ import annotations
 
 import base64
+import contextlib
 import pickle
 import re
 import traceback
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 from pyspark import cloudpickle
 
@@ -42,6 +43,31 @@ class TaskFailure(Exception):
         }
         packed = base64.b64encode(cloudpickle.dumps(payload)).decode("ascii")
         return cls(f"{payload['type']}: {payload['message']}\n{_BEGIN}{packed}{_END}")
+
+
+@contextlib.contextmanager
+def failing_as_task(stage_name: str,
+                    on_failure: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """What a task's work raises leaves it as the task's failure: ``on_failure`` runs (a
+    bundle processor that failed is shut down, never reused), and the exception is raised as
+    a :class:`TaskFailure` naming ``stage_name``; a ``TaskFailure`` from an upstream stage
+    pipelined into the task passes unchanged.
+
+    >>> with failing_as_task("Parse"):
+    ...     int("x")
+    Traceback (most recent call last):
+    ...
+    runners.spark.worker.errors.TaskFailure: builtins.ValueError: invalid literal for int() with base 10: 'x'
+    ...
+    """
+    try:
+        yield
+    except TaskFailure:
+        on_failure()
+        raise
+    except Exception as error:
+        on_failure()
+        raise TaskFailure.wrap(stage_name, error) from None
 
 
 class StageError(RuntimeError):

@@ -51,6 +51,7 @@ import hashlib
 import io
 import shutil
 import tempfile
+import typing
 from typing import Any, Iterable, Iterator, List, NamedTuple, Optional, Sequence
 
 from runners.spark.state.changelog import DurableState, StateFile
@@ -69,42 +70,26 @@ from runners.spark.state.store import (
     durable_rows,
     partition_directory_name,
 )
-from runners.spark.state.table.rows import KeyDecoder, StateRow
+from runners.spark.state.table.rows import KeyDecoder, StateRow, spark_schema
 
 __all__ = ["StateRow", "StateChange", "CheckpointInfo", "StateReadError", "checkpoint_info",
            "state_rows", "read_state", "state_changes", "read_changes", "STATE_SCHEMA",
            "CHANGES_SCHEMA"]
 
+StateChange = NamedTuple("StateChange",
+                         [*typing.get_type_hints(StateRow).items(), ("change_type", str)])
+StateChange.__doc__ = ("A row of the change feed: a StateRow of the key's new state (an update) "
+                       "or of its key alone (a delete: kind ''), and change_type.")
+
 #: The DataFrame schema of :func:`read_state` (Spark DDL).
-STATE_SCHEMA = ("step string, partition int, key string, key_bytes binary, window string, "
-                "kind string, name string, value string, value_bytes binary, timestamp long, "
-                "hold long, version long")
+STATE_SCHEMA = spark_schema(StateRow)
 #: ... and of :func:`read_changes`.
-CHANGES_SCHEMA = STATE_SCHEMA + ", change_type string"
+CHANGES_SCHEMA = spark_schema(StateChange)
 
 
 class StateReadError(RuntimeError):
     """State that cannot be read as asked (no such checkpoint, a range the files do not
     hold, a checkpoint superseded while it was read)."""
-
-
-class StateChange(NamedTuple):
-    """A row of the change feed: a :class:`StateRow` of the key's new state (an update) or
-    of its key alone (a delete: ``kind`` ``""``), and ``change_type``."""
-
-    step: str
-    partition: int
-    key: str
-    key_bytes: bytes
-    window: Optional[str]
-    kind: str
-    name: str
-    value: Optional[str]
-    value_bytes: Optional[bytes]
-    timestamp: Optional[int]
-    hold: Optional[int]
-    version: int
-    change_type: str
 
 
 class CheckpointInfo(NamedTuple):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import typing
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from apache_beam.utils.timestamp import Duration, Timestamp
@@ -66,6 +67,25 @@ class StateRow(NamedTuple):
     timestamp: Optional[int]
     hold: Optional[int]
     version: int
+
+
+#: Spark's type of a state row's columns, by their Python type; a partition is an int.
+_SPARK_TYPES = {str: "string", bytes: "binary", int: "long"}
+_NARROWER_SPARK_TYPES = {"partition": "int"}
+
+
+def spark_schema(row_type: Any) -> str:
+    """The Spark DDL schema of a row type whose fields are ``str``, ``bytes``, ``int`` or
+    ``Optional`` of one of them.
+
+    >>> spark_schema(StateRow).split(", ")[:4]
+    ['step string', 'partition int', 'key string', 'key_bytes binary']
+    """
+    columns = []
+    for name, hint in typing.get_type_hints(row_type).items():
+        types = [each for each in typing.get_args(hint) if each is not type(None)] or [hint]
+        columns.append(f"{name} {_NARROWER_SPARK_TYPES.get(name) or _SPARK_TYPES[types[0]]}")
+    return ", ".join(columns)
 
 
 class PlainStateUnpickler(pickle.Unpickler):
