@@ -31,7 +31,7 @@ batch GroupByKey shortcut marks a single pane as the last one.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import apache_beam as beam
 from apache_beam.transforms import window as beam_window
@@ -131,11 +131,3 @@ class DescribePanes(beam.PTransform):
 
     def expand(self, pcoll):
         return pcoll | "Describe" >> beam.ParDo(_DescribePaneFn(self._keyed))
-
-
-def window_bounds(record: dict) -> Tuple[Optional[float], Optional[float]]:
-    """``(start, end)`` of a described record's window; ``(None, None)`` for the global one."""
-    window = record["window"]
-    if isinstance(window, dict):
-        return window["start"], window["end"]
-    return None, None

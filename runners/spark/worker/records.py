@@ -133,11 +133,6 @@ def is_report(record: Any) -> bool:
     return isinstance(record, REPORT_TYPES)
 
 
-def on_port(port: int, data: bytes) -> Elements:
-    """Encoded elements re-labelled for the port of the stage that reads them."""
-    return Elements(port, data)
-
-
 def relabel(port: int, record: Any) -> Any:
     """An :class:`Elements` moved to ``port``; a report as it is."""
     return Elements(port, record.data) if type(record) is Elements else record

@@ -146,10 +146,3 @@ class S3Objects:
         body = self._client.get_object(Bucket=bucket, Key=key)["Body"]
         with open(local_path, "wb") as target:
             shutil.copyfileobj(body, target, _COPY_BYTES)
-
-
-def reset_clients() -> None:
-    """Forget the clients (a process whose endpoint moved; tests)."""
-    with _CLIENTS_LOCK:
-        _CLIENTS.clear()
-

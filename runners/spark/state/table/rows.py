@@ -27,7 +27,7 @@ from __future__ import annotations
 import io
 import pickle
 import typing
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple
 
 from apache_beam.utils.timestamp import Duration, Timestamp
 
@@ -252,10 +252,3 @@ class KeyDecoder:
             end = len(data) - stream.size()
             yield row._replace(value=text(value), value_bytes=data[start:end])
             start = end
-
-
-def decode_rows(decoder: KeyDecoder, partition: int,
-                rows: List[Tuple[bytes, bytes]]) -> Iterator[StateRow]:
-    """The state rows of a partition's stored ``(key, row)`` pairs."""
-    for key_bytes, row in rows:
-        yield from decoder.rows(partition, key_bytes, row)
