@@ -3,7 +3,8 @@
 Tests are grouped by area, one folder each, and each test carries its folder's marker
 (``pytest -m streaming``): ``model`` (the four questions on every runner), ``runner`` (the
 SparkRunner in batch, its failures, graph and cluster), ``streaming`` (the micro-batch
-loop, state, checkpoints), ``kafka`` (the Kafka source and sink, on both embedded brokers),
+loop), ``state`` (keyed state: stores, checkpoints, storage, rescale, update, reading it),
+``kafka`` (the Kafka source and sink, on both embedded brokers),
 ``job_server`` (Beam's Job API) and ``pipelines`` (the jobs, the demo, pictures, benchmarks).
 A test that runs on Spark is also marked ``spark``.
 
@@ -52,7 +53,7 @@ RUNNERS: Dict[str, Callable] = {"DirectRunner": _direct_runner, "SparkRunner": s
 SPARK_RUNNERS = ("SparkRunner", "SparkConnect")
 #: Areas whose tests run on Spark Connect too (``BEAM_TEST_CONNECT_AREAS`` narrows them).
 CONNECT_AREAS = tuple(area.strip() for area in os.environ.get(
-    "BEAM_TEST_CONNECT_AREAS", "model,runner,pipelines,streaming,kafka").split(",")
+    "BEAM_TEST_CONNECT_AREAS", "model,runner,pipelines,streaming,state,kafka").split(",")
     if area.strip())
 
 
@@ -120,9 +121,9 @@ def make_pipeline(runner):
 
 
 #: The folders under tests/ that group tests by area; each is also the area's marker.
-AREAS = ("model", "runner", "streaming", "kafka", "job_server", "pipelines")
+AREAS = ("model", "runner", "streaming", "state", "kafka", "job_server", "pipelines")
 #: Areas whose every test starts Spark work.
-SPARK_AREAS = ("runner", "streaming", "job_server")
+SPARK_AREAS = ("runner", "streaming", "state", "job_server")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

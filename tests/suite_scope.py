@@ -9,9 +9,9 @@
 * the Kafka tests on the second embedded broker (``tansu``): the connector's code is the
   same on both, and the core suite runs every Kafka test on ``noida``;
 * the Spark Connect runs of the tests of ``tests/runner`` and ``tests/pipelines``: every
-  model, streaming and Kafka test that names its runner runs on Connect in the core suite,
-  with Connect's own tests; the runner's and the jobs' tests exercise the same backend
-  again;
+  model, streaming, state and Kafka test that names its runner runs on Connect in the core
+  suite, with Connect's own tests; the runner's and the jobs' tests exercise the same
+  backend again;
 * the DirectRunner runs of the tests outside ``tests/model``: Beam's own runner at a pinned
   version, the reference every model test is compared with in the core suite;
 * the tests of :data:`EXTENDED`, and the Connect runs of :data:`CONNECT_EXTENDED`, each
@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 #: The areas whose tests' Spark Connect runs are in the core suite.
-CONNECT_CORE_AREAS = ("model", "streaming", "kafka")
+CONNECT_CORE_AREAS = ("model", "streaming", "state", "kafka")
 #: Node-id prefixes (relative to tests/) of tests outside the core suite, and why.
 EXTENDED: Dict[str, str] = {
     "runner/test_spark_cluster_streaming.py::test_a_job_killed_and_restarted_from_a_checkpoint"
@@ -53,7 +53,7 @@ EXTENDED: Dict[str, str] = {
         "the core suite keeps the TLS handshake and refusal tests",
     "kafka/test_kafka_faults.py::": "a Python worker and a broker killed under a streaming job "
                                     "(70 s)",
-    "streaming/test_spark_streaming_checkpoint.py::test_killed_driver_resumes": "a killed "
+    "state/test_spark_streaming_checkpoint.py::test_killed_driver_resumes": "a killed "
         "driver resumed from its local checkpoint (35 s); the core suite restarts drivers from "
         "checkpoints without a kill",
     "streaming/test_compact_rounds.py::": "the streaming model proofs again, with every round "
@@ -102,13 +102,13 @@ EXTENDED: Dict[str, str] = {
         "team_scores from its command line",
     "pipelines/test_cli.py::test_page_views_reads_a_generated_file": "page_views from its "
         "command line (6 s): the core suite runs the pipeline in-process",
-    "streaming/test_storage_faults.py::test_a_job_resumed_on_a_corrupt_delta": "a job resumed "
+    "state/test_storage_faults.py::test_a_job_resumed_on_a_corrupt_delta": "a job resumed "
         "on a delta with a flipped byte (18 s): the core suite refuses flipped deltas and "
         "snapshots where a store is rebuilt, and the error's way to the driver is the same",
-    "streaming/test_storage_faults.py::test_a_full_checkpoint_location": "a job whose "
+    "state/test_storage_faults.py::test_a_full_checkpoint_location": "a job whose "
         "checkpoint location (a tmpfs) fills, and its restart (25 s): the core suite fills "
         "an executor's disk under a store and runs a job through object-store faults",
-    "streaming/test_rescale.py::test_a_driver_killed_during_a_resplit": "a driver killed "
+    "state/test_rescale.py::test_a_driver_killed_during_a_resplit": "a driver killed "
         "while it re-splits a checkpoint's state, resumed both ways (70 s): the core suite "
         "re-splits to more and fewer partitions and resumes from the old layout's files",
     "runner/test_spark_cluster_spreading.py::test_key_partitions_spread_onto_a_worker_that"
@@ -138,7 +138,7 @@ EXTENDED: Dict[str, str] = {
 
 #: Node-id prefixes of tests whose Spark Connect runs are outside the core suite, and why.
 CONNECT_EXTENDED: Dict[str, str] = {
-    "streaming/test_rescale.py::": "a job re-split into 8 and 2 partitions again on Connect "
+    "state/test_rescale.py::": "a job re-split into 8 and 2 partitions again on Connect "
         "(45 s): the re-split is one Spark job of the same datasets on both backends, and "
         "the core suite runs it on classic",
     "kafka/test_kafka_event_time.py::": "the Kafka reader's event-time policies again on "
@@ -168,9 +168,9 @@ FAULTS: Tuple[str, ...] = (
     "kafka/test_kafka_faults.py::",
     "kafka/test_kafka_write.py::test_a_broker_gone_in_the_middle_of_a_bundle",
     "kafka/test_kafka_recovery.py::test_records_written_across_a_broker_restart",
-    "streaming/test_spark_streaming_checkpoint.py::test_killed_driver_resumes",
-    "streaming/test_storage_faults.py::",
-    "streaming/test_rescale.py::test_a_driver_killed_during_a_resplit",
+    "state/test_spark_streaming_checkpoint.py::test_killed_driver_resumes",
+    "state/test_storage_faults.py::",
+    "state/test_rescale.py::test_a_driver_killed_during_a_resplit",
 )
 
 
@@ -188,7 +188,8 @@ def is_extended(node: str, area: Optional[str], runner: Optional[str],
     if broker == "tansu":
         return "the second embedded broker"
     if runner == "SparkConnect" and area not in CONNECT_CORE_AREAS:
-        return "a Spark Connect run outside tests/model, tests/streaming and tests/kafka"
+        return ("a Spark Connect run outside tests/model, tests/streaming, tests/state and "
+                "tests/kafka")
     if runner == "SparkConnect":
         for prefix, reason in CONNECT_EXTENDED.items():
             if node.startswith(prefix):
