@@ -48,19 +48,18 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from bench.answers import reference_answer
 from bench.bids import BidFiles
 from bench.memory import PeakMemory
-from bench.report import format_table, ratios, write_jsonl
+from bench.report import RESULTS_DIR, format_table, ratios, write_jsonl
 from bench.workloads import (
     READS_FILES,
     WORKLOADS,
     EventSet,
     describe_difference,
 )
-from bench.answers import reference_answer
 
 ENGINES = ("pyspark", "dataframe", "spark", "connect", "direct")
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def _count(text: str) -> int:

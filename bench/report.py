@@ -18,6 +18,9 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+#: Where every benchmark writes its results (one JSON line per run), unless told otherwise.
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
 def weighted_percentile(pairs: Iterable[Tuple[float, int]], fraction: float) -> Optional[float]:
     """The nearest-rank ``fraction`` quantile of values given as (value, weight) pairs: the
     smallest value with at least that fraction of the weight at or below it; None for none.

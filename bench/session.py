@@ -100,7 +100,8 @@ def ship_bench(spark_context: Any) -> None:
         return
     archive = Path(tempfile.mkdtemp(prefix="bench-py-")) / "bench.zip"
     with zipfile.ZipFile(archive, "w") as package:
-        for module in sorted(Path(__file__).resolve().parent.glob("*.py")):
-            package.write(module, f"bench/{module.name}")
+        root = Path(__file__).resolve().parent
+        for module in sorted(root.rglob("*.py")):  # with its packages (streaming, kafka, ...)
+            package.write(module, f"bench/{module.relative_to(root).as_posix()}")
     spark_context.addPyFile(str(archive))
     _SHIPPED_TO.add(id(spark_context))

@@ -26,8 +26,8 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.utils.timestamp import Timestamp
 
-from bench import streaming_workloads as workloads
 from bench.memory import PeakMemory
+from bench.streaming import workloads
 
 
 class _ShardOffsets(RestrictionProvider):

@@ -3,7 +3,7 @@
 TestStream is how users prove lateness and refinement behaviour, on the runner they deploy
 to; this measures what such a proof costs on each runner, in one run, on ``local[2]``:
 
-* the pipelines of :mod:`bench.teststream_pipelines` (fixed, sliding and session windows;
+* the pipelines of :mod:`bench.teststream.pipelines` (fixed, sliding and session windows;
   early, on-time and late firings; a stateful DoFn with timers; a side input the main input
   waits for), each run ``--repeats`` times on each engine; the output of every run is
   compared with the DirectRunner's (a difference fails the benchmark);
@@ -40,10 +40,9 @@ from typing import Any, Callable, Dict, List, Optional
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bench.report import percentile, write_jsonl
-from bench.teststream_pipelines import PIPELINES, read_elements
+from bench.report import RESULTS_DIR, percentile, write_jsonl
+from bench.teststream.pipelines import PIPELINES, read_elements
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 #: A round of at most this many source elements counts as "a handful" for the fixed cost.
 SMALL_ROUND_ELEMENTS = 10
 TRANSCRIPTS = ("fixed_default", "fixed_default_late_data", "early_late_sessions",

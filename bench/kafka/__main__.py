@@ -10,7 +10,7 @@ For each ``--rates`` value, on fresh topics:
 1. the job starts (``--streaming``, ``--batch_interval_seconds``, ``--streaming_report``);
    200 warm-up records (left out of the figures) go through it, so that every stage has
    started its workers and DoFns, then a few batches run without records;
-2. a producer process (:mod:`bench.kafka_clients`) writes game events at that fixed rate
+2. a producer process (:mod:`bench.kafka.clients`) writes game events at that fixed rate
    for ``--seconds`` into a
    ``--partitions``-partition topic (record ``i`` to partition ``i % partitions``); each
    event's ``timestamp`` field is the wall-clock time of its ``send`` (its produce time, and
@@ -77,10 +77,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 
-from bench.kafka_clients import WARM_UP_TEAM, PaneConsumer, Producer
-from bench.report import weighted_percentile, write_jsonl
+from bench.kafka.clients import WARM_UP_TEAM, PaneConsumer, Producer
+from bench.report import RESULTS_DIR, weighted_percentile, write_jsonl
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 #: Seconds the job may take to run its first micro-batches (Spark workers start).
 STARTUP_SECONDS = 180.0
 #: Before production, this many records of team WARM_UP_TEAM go through the whole job (the

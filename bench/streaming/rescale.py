@@ -2,7 +2,7 @@
 
 On a Spark standalone cluster of ``--cluster-workers`` 1-core workers (each with its own disk
 where the machine allows: :mod:`services.cluster`), a driver process of its own runs the
-state-scaling job (a new key per event: :func:`bench.streaming_beam.state_scaling`) with
+state-scaling job (a new key per event: :func:`bench.streaming.beam.state_scaling`) with
 ``--checkpoint_dir`` on storage the workers share:
 
 1. at 4 key partitions until it holds ``--rescale-keys`` keys, and stops (its final
@@ -15,7 +15,7 @@ last batches at 4 partitions) and after (at 8, from the second batch: the first 
 every store from the new snapshots), with the final panes checked against a plain Python
 reference. Run by ``python -m bench.streaming --only rescale``, or alone::
 
-    python -m bench.streaming_rescale --rescale-keys 200000     # a smoke run (~2 min)
+    python -m bench.streaming.rescale --rescale-keys 200000     # a smoke run (~2 min)
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from bench import streaming_beam
-from bench import streaming_workloads as workloads
 from bench.report import percentile
+from bench.session import REPOSITORY_ROOT
+from bench.streaming import beam as streaming_beam
+from bench.streaming import workloads
 
 #: Storage a cluster's workers share (each has a private /tmp when isolated).
 CLUSTER_SHARED_ROOT = "/var/tmp"
@@ -55,12 +56,12 @@ def measure_on_cluster(keys: int, events_per_batch: int, workers: int,
         with cluster:
             output = os.path.join(shared, "record.json")
             settings = cluster.driver_conf()
-            command = [sys.executable, "-m", "bench.streaming_rescale", "--driver",
+            command = [sys.executable, "-m", "bench.streaming.rescale", "--driver",
                        "--master", settings.pop("spark.master"), "--shared-dir", shared,
                        "--rescale-keys", str(keys), "--events-per-batch", str(events_per_batch),
                        "--shards", str(shards), "--record", output,
                        *[f"--conf={key}={value}" for key, value in settings.items()]]
-            subprocess.run(command, check=True, cwd=str(Path(__file__).resolve().parent.parent))
+            subprocess.run(command, check=True, cwd=REPOSITORY_ROOT)
             with open(output, encoding="utf-8") as record:
                 measured = json.load(record)
         measured.update(workers=workers, isolated=cluster.isolated)
@@ -114,7 +115,7 @@ def print_record(record: Dict[str, Any]) -> None:
 
 
 def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.streaming_rescale",
+    parser = argparse.ArgumentParser(prog="python -m bench.streaming.rescale",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--rescale-keys", type=int, default=1_000_000)
     parser.add_argument("--events-per-batch", type=int, default=100_000)

@@ -1,7 +1,7 @@
 """``python -m bench.streaming``: the streaming SparkRunner against Spark Structured Streaming.
 
 Four measurements in one run, on one SparkSession (``local[2]`` by default), each engine
-on the same events (:mod:`bench.streaming_workloads`), each engine's final panes checked
+on the same events (:mod:`bench.streaming.workloads`), each engine's final panes checked
 against a plain Python reference (a difference fails the run):
 
 1. **latency**: the keyed windowed sum with early and late firings (20 keys, 60 s windows,
@@ -20,15 +20,15 @@ against a plain Python reference (a difference fails the run):
    machine allows: :mod:`services.cluster`), printed beside ``local[2]``;
 5. **rescale**: on such a cluster, the state-scaling job holding ``--rescale-keys`` keys
    (1M) in 4 key partitions, resumed with ``--spark_parallelism=8``: the re-split's time,
-   and the batch time before and after (:mod:`bench.streaming_rescale`).
+   and the batch time before and after (:mod:`bench.streaming.rescale`).
 
 Each of ours runs once more on Spark Connect (unless ``--no-connect``): on a Connect server
 started here on the same master (``local[2]``), and for the cluster on a Connect server
 driving the same cluster; the rows print beside classic's with their ratio.
 
-Beam runs on the SparkRunner's streaming loop (:mod:`bench.streaming_beam`, a synthetic
+Beam runs on the SparkRunner's streaming loop (:mod:`bench.streaming.beam`, a synthetic
 unbounded source); Spark Structured Streaming runs its own DataFrame query over the same
-events written to files (:mod:`bench.streaming_native`). Batch 0 of each run (workers start,
+events written to files (:mod:`bench.streaming.native`). Batch 0 of each run (workers start,
 queries are planned) is not measured. Each run appends one JSON record to
 ``bench/results/streaming-<timestamp>.jsonl`` and draws ``streaming-scaling-<timestamp>.png``.
 
@@ -52,11 +52,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from bench import streaming_beam, streaming_native, streaming_rescale
-from bench import streaming_workloads as workloads
-from bench.report import MAX_OVER_P50_GOAL, batch_time_spread, percentile, write_jsonl
+from bench.report import MAX_OVER_P50_GOAL, RESULTS_DIR, batch_time_spread, percentile, write_jsonl
+from bench.session import REPOSITORY_ROOT
+from bench.streaming import beam as streaming_beam
+from bench.streaming import native as streaming_native
+from bench.streaming import rescale as streaming_rescale
+from bench.streaming import workloads
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MEASUREMENTS = ("latency", "throughput", "scaling", "cluster", "rescale")
 #: Storage a cluster's workers share (each has a private /tmp when isolated).
 CLUSTER_SHARED_ROOT = "/var/tmp"
@@ -214,7 +216,7 @@ def measure_on_cluster(arguments: argparse.Namespace) -> Dict[str, Any]:
                        "--shards", str(arguments.shards), "--seed", str(arguments.seed),
                        "--shared-dir", shared, "--record", output,
                        *[f"--conf={key}={value}" for key, value in settings.items()]]
-            subprocess.run(command, check=True, cwd=str(Path(__file__).resolve().parent.parent))
+            subprocess.run(command, check=True, cwd=REPOSITORY_ROOT)
             with open(output, encoding="utf-8") as record:
                 measured = json.load(record)["latency"]
             if arguments.connect:
