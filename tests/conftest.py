@@ -2,7 +2,8 @@
 
 Tests are grouped by area, one folder each, and each test carries its folder's marker
 (``pytest -m streaming``): ``model`` (the four questions on every runner), ``runner`` (the
-SparkRunner in batch, its failures, graph and cluster), ``streaming`` (the micro-batch
+SparkRunner in batch, its failures and graph), ``cluster`` (a standalone cluster of workers
+that share no disk: state that follows executors, a worker lost), ``streaming`` (the micro-batch
 loop), ``state`` (keyed state: stores, checkpoints, storage, rescale, update, reading it),
 ``kafka`` (the Kafka source and sink, on both embedded brokers),
 ``job_server`` (Beam's Job API) and ``pipelines`` (the jobs, the demo, pictures, benchmarks).
@@ -121,9 +122,10 @@ def make_pipeline(runner):
 
 
 #: The folders under tests/ that group tests by area; each is also the area's marker.
-AREAS = ("model", "runner", "streaming", "state", "kafka", "job_server", "pipelines")
+AREAS = ("model", "runner", "cluster", "streaming", "state", "kafka", "job_server",
+         "pipelines")
 #: Areas whose every test starts Spark work.
-SPARK_AREAS = ("runner", "streaming", "state", "job_server")
+SPARK_AREAS = ("runner", "cluster", "streaming", "state", "job_server")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

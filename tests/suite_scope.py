@@ -39,10 +39,10 @@ import pytest
 CONNECT_CORE_AREAS = ("model", "streaming", "state", "kafka")
 #: Node-id prefixes (relative to tests/) of tests outside the core suite, and why.
 EXTENDED: Dict[str, str] = {
-    "runner/test_spark_cluster_streaming.py::test_a_job_killed_and_restarted_from_a_checkpoint"
+    "cluster/test_spark_cluster_streaming.py::test_a_job_killed_and_restarted_from_a_checkpoint"
     "_on_s3": "a driver killed on the cluster and resumed from S3 (110 s); the core suite "
               "loses a cluster worker",
-    "runner/test_spark_cluster_streaming.py::test_a_lost_worker_under_an_exactly_once_kafka":
+    "cluster/test_spark_cluster_streaming.py::test_a_lost_worker_under_an_exactly_once_kafka":
         "a worker lost under exactly-once Kafka (90 s); the core suite loses a worker under "
         "keyed state and writes exactly-once to Kafka",
     "kafka/test_kafka_restart.py::": "a Kafka job's driver killed and resumed, exactly-once "
@@ -63,13 +63,13 @@ EXTENDED: Dict[str, str] = {
     "runner/test_spark_connect.py::test_batch_elements_on_a_server_whose_workers_are": "a "
         "Connect server of its own without the runner's daemon (220 s here); the core suite checks "
         "that a fresh Python process of an executor keys BatchElements alike",
-    "runner/test_spark_cluster_streaming.py::test_executors_without_the_project": "a user's "
+    "cluster/test_spark_cluster_streaming.py::test_executors_without_the_project": "a user's "
         "package installed on cluster executors that lack the project (35 s); the core suite "
         "ships the project to the cluster and a package to a Connect server",
-    "runner/test_spark_cluster_connect.py::test_a_keyed_streaming_job_on_connect": "the "
+    "cluster/test_spark_cluster_connect.py::test_a_keyed_streaming_job_on_connect": "the "
         "cluster's keyed streaming job again through a Connect server (110 s); the core suite "
         "runs it on classic, and Connect's placement on the test process's server",
-    "runner/test_spark_cluster_connect.py::test_a_lost_worker_under_an_exactly_once": "Kafka "
+    "cluster/test_spark_cluster_connect.py::test_a_lost_worker_under_an_exactly_once": "Kafka "
         "exactly-once with a worker lost, through a Connect server (115 s)",
     "job_server/test_job_server_connect.py::test_beams_wordcount_through_a_job_server_on": "Beam's "
         "wordcount through a job server on Connect (53 s): the core suite runs the job "
@@ -81,7 +81,7 @@ EXTENDED: Dict[str, str] = {
         "streaming to files (15 s); the core suite replays it to the terminal",
     "pipelines/test_plots.py::test_team_scores_plot_option": "team_scores drawing its "
         "pictures (12 s); the core suite draws them from a real run's panes",
-    "runner/test_spark_cluster_connect.py::test_a_batch_pipeline_runs_on_a_connect_server_of":
+    "cluster/test_spark_cluster_connect.py::test_a_batch_pipeline_runs_on_a_connect_server_of":
         "a batch pipeline through a Connect server of the cluster (64 s with the server's "
         "start); the core suite runs the cluster on classic Spark and every model test on a "
         "Connect server, and make test-connect runs this",
@@ -111,11 +111,11 @@ EXTENDED: Dict[str, str] = {
     "state/test_rescale.py::test_a_driver_killed_during_a_resplit": "a driver killed "
         "while it re-splits a checkpoint's state, resumed both ways (70 s): the core suite "
         "re-splits to more and fewer partitions and resumes from the old layout's files",
-    "runner/test_spark_cluster_spreading.py::test_key_partitions_spread_onto_a_worker_that"
+    "cluster/test_spark_cluster_spreading.py::test_key_partitions_spread_onto_a_worker_that"
     "_joins_mid_stream": "a worker joining a keyed job on the cluster (95 s, 120 s with the "
         "worker's restart): the core suite unit-tests the choice of partitions and the "
         "executors' names, and runs keyed jobs on the cluster through a lost worker",
-    "runner/test_spark_cluster_spreading.py::test_key_partitions_spread_onto_a_worker_that"
+    "cluster/test_spark_cluster_spreading.py::test_key_partitions_spread_onto_a_worker_that"
     "_joins_a_connect_server": "a worker joining a keyed job through a Connect server of the "
         "cluster (150 s with the server's start): the core suite joins one on classic Spark, "
         "and unit-tests the choice of partitions both backends share",
@@ -158,12 +158,12 @@ CONNECT_EXTENDED: Dict[str, str] = {
 
 #: Node-id prefixes of the tests that kill or restart a process (marker ``faults``).
 FAULTS: Tuple[str, ...] = (
-    "runner/test_spark_cluster_streaming.py::test_a_job_killed_and_restarted",
-    "runner/test_spark_cluster_streaming.py::test_a_lost_worker_under",
-    "runner/test_spark_cluster_streaming.py::test_a_keyed_streaming_job_keeps_its_stores_and"
+    "cluster/test_spark_cluster_streaming.py::test_a_job_killed_and_restarted",
+    "cluster/test_spark_cluster_streaming.py::test_a_lost_worker_under",
+    "cluster/test_spark_cluster_streaming.py::test_a_keyed_streaming_job_keeps_its_stores_and"
     "_survives_a_lost_worker",
-    "runner/test_spark_cluster_connect.py::test_a_keyed_streaming_job_on_connect",
-    "runner/test_spark_cluster_connect.py::test_a_lost_worker_under",
+    "cluster/test_spark_cluster_connect.py::test_a_keyed_streaming_job_on_connect",
+    "cluster/test_spark_cluster_connect.py::test_a_lost_worker_under",
     "kafka/test_kafka_restart.py::",
     "kafka/test_kafka_faults.py::",
     "kafka/test_kafka_write.py::test_a_broker_gone_in_the_middle_of_a_bundle",

@@ -1,7 +1,7 @@
 """Where keyed state lives: executor-side stores that go with their run, a checkpoint
 location named as Beam names storage, and no cluster run without one.
 
-The cluster itself is in ``tests/runner/test_spark_cluster_streaming.py``; these run on the
+The cluster itself is in ``tests/cluster/test_spark_cluster_streaming.py``; these run on the
 test session (``local[2]``) or need no Spark at all.
 """
 
