@@ -10,10 +10,25 @@ The layers, from the top::
     runners/                    Beam and Spark; never the library or the jobs
     services/                   local broker and cluster; the demo and tests start them
 
-Inside the runner, the core (``runners/spark/*.py``) does not import the job server, and only
-``runners/spark/runner.py`` starts the streaming engine. The graph is read from the source
-with :mod:`ast`, every ``import`` counted, also those inside functions (an import done late
-is still a dependency). ``from package import module`` counts as an import of the module.
+Inside the runner, its packages stand on floors (:data:`RUNNER_FLOORS`), from the top::
+
+    job_server/  graph  daemon      what users and Spark start: Beam's Job API, the picture,
+                                    the Python workers' daemon
+    runner                          SparkRunner: plans, then runs in batch or streaming
+    streaming/                      the micro-batch loop (only runner.py starts it)
+    state/       execution/         keyed state; running a plan's stages (driver side)
+    backends/                       classic Spark or Spark Connect, behind one contract
+    worker/                         what runs in a task's Python worker
+    dependencies/                   code and packages shipped to the workers
+    planning/                       from a pipeline to a plan of fused stages
+    chains/                         element-only steps as the runner's own operations
+    options  beam_internals         the runner's options; Beam's private APIs, in one module
+    fast_paths                      Beam's hot paths, installed by beam_internals
+
+A module imports its own package and the floors below its own, never a floor above nor
+another package of its own floor. The graph is read from the source with :mod:`ast`, every
+``import`` counted, also those inside functions (an import done late is still a
+dependency). ``from package import module`` counts as an import of the module.
 """
 
 from __future__ import annotations
@@ -43,6 +58,22 @@ ALLOWED: Dict[str, Tuple[str, ...]] = {
     "runners": (),
     "services": (),
 }
+
+#: The runner's packages (and top-level modules), floor by floor from the top (see above).
+RUNNER_FLOORS: Tuple[Tuple[str, ...], ...] = tuple(
+    tuple(f"runners.spark.{name}" for name in floor) for floor in (
+        ("job_server", "graph", "daemon"),
+        ("runner",),
+        ("streaming",),
+        ("state", "execution"),
+        ("backends",),
+        ("worker",),
+        ("dependencies",),
+        ("planning",),
+        ("chains",),
+        ("options", "beam_internals"),
+        ("fast_paths",),
+    ))
 
 #: Beam modules that are not public API: only ``runners/spark/beam_internals.py`` imports them.
 PRIVATE_BEAM_MODULES = (
@@ -145,20 +176,41 @@ def _matches(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
+def runner_floor(module: str) -> "Tuple[int, str] | None":
+    """``(floor, part)`` of a runner module: its floor in :data:`RUNNER_FLOORS` (0 is the
+    top) and the package or module of that floor it belongs to; None outside them.
+
+    >>> runner_floor("runners.spark.state.table.reader")
+    (3, 'runners.spark.state')
+    >>> runner_floor("runners.resolution") is None
+    True
+    """
+    for floor, parts in enumerate(RUNNER_FLOORS):
+        for part in parts:
+            if _matches(module, part):
+                return floor, part
+    return None
+
+
+def _runner_import_allowed(importer: str, target: str) -> bool:
+    if _matches(target, "runners.spark.streaming") and not (
+            _matches(importer, "runners.spark.streaming") or importer == "runners.spark.runner"):
+        return False  # only the runner starts the streaming engine
+    mine, theirs = runner_floor(importer), runner_floor(target)
+    if mine is None or theirs is None:
+        return True
+    return mine[1] == theirs[1] or theirs[0] > mine[0]
+
+
 def layer_violations(graph: Dict[str, Set[str]]) -> List[str]:
     """``importer -> imported`` for every import against :data:`ALLOWED` and the runner's
-    inner rules."""
+    floors."""
     wrong = []
     for importer, targets in sorted(graph.items()):
         package = importer.split(".")[0]
         for target in sorted(targets):
             if target.split(".")[0] == package:
-                allowed = True
-                if _matches(target, "runners.spark.job_server"):
-                    allowed = _matches(importer, "runners.spark.job_server")
-                elif _matches(target, "runners.spark.streaming"):
-                    allowed = (_matches(importer, "runners.spark.streaming")
-                               or importer in ("runners.spark.runner", "bench"))
+                allowed = _runner_import_allowed(importer, target)
             else:
                 allowed = any(_matches(target, prefix) for prefix in ALLOWED[package])
             if not allowed:
@@ -177,10 +229,27 @@ def test_imports_point_down_the_layers():
 def test_the_checks_catch_a_cycle_and_an_upward_import():
     # The same functions on a graph with the faults the two tests above must catch.
     graph = {"transforms.a": {"pipelines.b"}, "pipelines.b": {"transforms.a"},
-             "runners.spark.planning.execution_plan": {"runners.spark.job_server.service"}}
+             "runners.spark.planning.support": {"runners.spark.job_server.service"},
+             "runners.spark.state.rescale": {"runners.spark.streaming.keyed_step",
+                                             "runners.spark.execution.result"},
+             "runners.spark.job_server.service": {"runners.spark.streaming.loop",
+                                                  "runners.spark.runner"},
+             "runners.spark.worker.bundles": {"runners.spark.worker.records",
+                                              "runners.spark.planning.execution_plan"}}
     assert cycles(graph) == [["pipelines.b", "transforms.a"]]
-    assert layer_violations(graph) == ["runners.spark.planning.execution_plan -> runners.spark.job_server.service",
-                                       "transforms.a -> pipelines.b"]
+    assert layer_violations(graph) == [
+        "runners.spark.job_server.service -> runners.spark.streaming.loop",
+        "runners.spark.planning.support -> runners.spark.job_server.service",
+        "runners.spark.state.rescale -> runners.spark.execution.result",
+        "runners.spark.state.rescale -> runners.spark.streaming.keyed_step",
+        "transforms.a -> pipelines.b"]
+
+
+def test_every_runner_module_stands_on_a_floor():
+    outside = [name for name in product_modules()
+               if _matches(name, "runners.spark") and name != "runners.spark"
+               and runner_floor(name) is None]
+    assert outside == [], "add them to RUNNER_FLOORS"
 
 
 def _private_beam_module(module: str) -> bool:
