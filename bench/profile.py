@@ -53,7 +53,8 @@ CATEGORIES: Tuple[Tuple[str, Tuple[str, ...], Tuple[str, ...]], ...] = (
       "apache_beam/utils/windowed_value.py", "apache_beam/utils/timestamp.py",
       "runners/spark/chains/window_assignment.py", "runners/spark/fast_paths.py"),
      ("apache_beam.utils.windowed_value",)),
-    ("coders", ("apache_beam/coders/", "runners/spark/planning/coders.py"), ("apache_beam.coders",)),
+    ("coders", ("apache_beam/coders/", "runners/spark/planning/coders.py"),
+     ("apache_beam.coders",)),
     ("data channel", ("apache_beam/runners/worker/data_plane.py",), ()),
     # pyspark/shuffle.py (groupByKey's merger) shares its name with the runner's shuffle.py
     ("the runner", ("runners/spark/",), ("runners.spark",)),

@@ -1,25 +1,30 @@
 """Our Beam runner on the Spark that pyspark provides, in batch and in streaming.
 
 Beam's own ``SparkRunner`` for Python is a client for a Java job server downloaded at run
-time; this one executes Beam's portable pipeline itself, in Spark's Python workers:
+time; this one executes Beam's portable pipeline itself, in Spark's Python workers. It plans,
+then runs, as Beam's ``fn_api_runner`` does (``create_stages``, then ``run_stages``); each
+package below is one idea:
 
-1. :mod:`~runners.spark.planning.execution_plan` turns the pipeline into its portable proto, refuses what
-   it cannot run (naming the transform), and fuses it into stages with Beam's own phases.
-2. :mod:`~runners.spark.execution.batch` makes each stage a dataset of the run's backend
-   (:mod:`~runners.spark.backends`: an RDD on classic Spark, a DataFrame on Spark Connect):
-   one partition is one bundle, processed by Beam's SDK harness in process
-   (:mod:`~runners.spark.worker.bundles`).
-3. :mod:`~runners.spark.execution.shuffle` groups by the encoded key (GroupByKey with Beam's trigger
-   driver, Reshuffle, key partitioning for stateful DoFns); :mod:`~runners.spark.worker.side_inputs`
-   materializes side inputs per window and broadcasts them.
-4. :mod:`~runners.spark.execution.result` reports state, errors (the user's own exception) and metrics
-   (:mod:`~runners.spark.worker.metrics`), merged across tasks.
+1. :mod:`~runners.spark.planning`: the pipeline as its portable proto, checked against what
+   the runner can run (what it refuses names the transform), fused into stages with Beam's
+   own phases: an execution plan.
+2. :mod:`~runners.spark.execution` (driver side): each stage a dataset of the run's backend,
+   GroupByKey and Reshuffle as shuffles by the encoded key, side inputs collected per window,
+   and the ``PipelineResult``.
+3. :mod:`~runners.spark.worker` (in each task's Python worker): one partition is one bundle
+   of Beam's SDK harness in process; the records, metrics and errors it hands back.
+   :mod:`~runners.spark.chains` runs a fused stage's element-only steps as one loop.
+4. :mod:`~runners.spark.backends`: classic Spark (RDDs) or Spark Connect (DataFrames) behind
+   one contract (:mod:`~runners.spark.backends.base`); nothing else touches Spark's API.
 5. In streaming (``--streaming``), :mod:`~runners.spark.streaming` runs the same stages in
-   micro-batches, with keyed state and watermarks carried from batch to batch.
+   micro-batches, with watermarks carried from batch to batch, and keyed state in
+   :mod:`~runners.spark.state`: stores on the executors, durable in ``--checkpoint_dir``,
+   rescaled, updated and read as a table.
 6. On a cluster, :mod:`~runners.spark.dependencies` ships the project's packages and what
    the pipeline stages (Beam's ``--requirements_file``, ``--setup_file``, ...).
 
-Every Beam private API it uses is imported in :mod:`~runners.spark.beam_internals`.
+Every Beam private API it uses is imported in :mod:`~runners.spark.beam_internals`; the
+layers these packages form are stated and checked in ``tests/test_layers.py``.
 
 Usage: ``--runner=SparkRunner`` on a project pipeline (see ``runners.resolution``), or
 

@@ -1,10 +1,10 @@
 """The pipeline graph as Graphviz DOT: which transforms the Spark runner fuses into which stage.
 
 On the SparkRunner the graph is the runner's own execution plan
-(:func:`runners.spark.planning.execution_plan.plan`, used read-only): one cluster per fused stage holding
-the transforms that run together in one Spark task, the runner's GroupByKeys (shuffles)
-as diamonds between stages, side inputs as dashed edges. For any other runner the graph
-shows Beam's primitive transforms *without* fusion (that runner fuses as it likes),
+(:func:`runners.spark.planning.execution_plan.plan`, used read-only): one cluster per fused
+stage holding the transforms that run together in one Spark task, the runner's GroupByKeys
+(shuffles) as diamonds between stages, side inputs as dashed edges. For any other runner the
+graph shows Beam's primitive transforms *without* fusion (that runner fuses as it likes),
 clustered by top-level composite, and its title says so.
 
 ``dot`` (Graphviz) renders DOT to SVG or PNG. When it is missing, :func:`write_graph`

@@ -1,7 +1,7 @@
-"""A batch GroupByKey that makes its panes without a trigger driver (``runners/spark/execution/shuffle.py``:
-``direct_pane_info``, ``window_pane``) makes exactly the panes Beam's trigger driver makes
-for a bounded input (``process_entire_key``, as Beam's own runners call it in batch), and
-leaves every other windowing to that driver."""
+"""A batch GroupByKey that makes its panes without a trigger driver
+(``runners/spark/execution/shuffle.py``: ``direct_pane_info``, ``window_pane``) makes exactly
+the panes Beam's trigger driver makes for a bounded input (``process_entire_key``, as Beam's own
+runners call it in batch), and leaves every other windowing to that driver."""
 
 from __future__ import annotations
 

@@ -69,7 +69,8 @@ def _keyed_plan():
     pipeline = beam.Pipeline(options=PipelineOptions(streaming=True))
     _ = (pipeline | streams.TestStream().add_elements([("k", 1)])
          | beam.WindowInto(FixedWindows(10)) | "Sum" >> beam.CombinePerKey(sum))
-    return execution_plan.plan(execution_plan.pipeline_proto(pipeline, pipeline.options), streaming=True)
+    return execution_plan.plan(execution_plan.pipeline_proto(pipeline, pipeline.options),
+                               streaming=True)
 
 
 def test_a_cluster_run_with_keyed_state_needs_a_checkpoint_location(tmp_path):

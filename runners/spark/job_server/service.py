@@ -9,15 +9,15 @@ the client that submitted it goes away, and its state, messages and metrics can 
 
 Environments. The runner executes Python transforms in Spark's own Python workers, so every
 environment Beam's Python SDK sends (LOOPBACK, EXTERNAL, PROCESS, DOCKER) is rewritten to the
-embedded Python environment before execution_plan. The trade-off: the worker a LOOPBACK client
+embedded Python environment before planning. The trade-off: the worker a LOOPBACK client
 starts is not used, no container or process is started, and the pipeline's code runs on the
-server's interpreter, so it must be importable (or pickled by value) there; staged artifacts
-are shipped to executors (:mod:`runners.spark.dependencies.artifacts`). A pipeline needing another SDK
-(a Java container, a non-Python environment) is refused at Prepare with INVALID_ARGUMENT,
-and so is one built by another Python minor version or Beam version than the server's (its
-SDK capability says which), which Beam's SDK harness would refuse in every task.
-Python is recognized by the environment's SDK capabilities or its container image name.
-Jobs, their messages and staged files are kept for the server's lifetime (GetJobs lists all).
+server's interpreter, so it must be importable (or pickled by value) there; staged artifacts are
+shipped to executors (:mod:`runners.spark.dependencies.artifacts`). A pipeline needing another
+SDK (a Java container, a non-Python environment) is refused at Prepare with INVALID_ARGUMENT,
+and so is one built by another Python minor version or Beam version than the server's (its SDK
+capability says which), which Beam's SDK harness would refuse in every task. Python is
+recognized by the environment's SDK capabilities or its container image name. Jobs, their
+messages and staged files are kept for the server's lifetime (GetJobs lists all).
 
 Job states: STOPPED (prepared) -> RUNNING -> DONE, or FAILED (the error is in the message
 stream), or CANCELLING -> CANCELLED.

@@ -1,7 +1,7 @@
 """Rescaling a streaming job: its keyed state re-split into another number of key partitions.
 
-A job's keyed steps keep their state per key partition, a key in partition ``crc32(encoded
-key) % n`` (:func:`runners.spark.execution.shuffle.partition_of`). A driver that resumes a checkpoint
+A job's keyed steps keep their state per key partition, a key in partition ``crc32(encoded key)
+% n`` (:func:`runners.spark.execution.shuffle.partition_of`). A driver that resumes a checkpoint
 written with ``n`` partitions, started with another ``--spark_parallelism`` ``m``, re-splits
 every keyed step's state as one Spark job per step, before its first batch:
 

@@ -7,8 +7,8 @@ sources and keyed steps:
   splittable DoFns' residuals carried from the previous batch (:mod:`~runners.spark.
   streaming.unbounded`);
 * a keyed step (GroupByKey, stateful stage) runs when it has input, or a timer or window
-  expiry due at its new input watermark or the clock; its input is partitioned by key
-  (packed per partition: :func:`runners.spark.execution.shuffle.partition_by_key`) and each task works
+  expiry due at its new input watermark or the clock; its input is partitioned by key (packed
+  per partition: :func:`runners.spark.execution.shuffle.partition_by_key`) and each task works
   on its key partition's store on the executor (:mod:`~runners.spark.streaming.grouping`,
   :mod:`~runners.spark.streaming.stateful`); state never moves;
 * side inputs see what their buffers received so far, kept on the driver while their windows

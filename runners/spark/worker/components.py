@@ -1,9 +1,9 @@
 """The pipeline's components (coders, windowing strategies) as Spark tasks see them.
 
-Beam protos and contexts do not pickle, so the driver broadcasts the serialized
-``Components`` once per pipeline (the backend's broadcast); a task rebuilds a ``PipelineContext`` from those bytes the
-first time it needs one and caches it by digest, so later tasks in the same Python worker
-reuse it.
+Beam protos and contexts do not pickle, so the driver broadcasts the serialized ``Components``
+once per pipeline (the backend's broadcast); a task rebuilds a ``PipelineContext`` from those
+bytes the first time it needs one and caches it by digest, so later tasks in the same Python
+worker reuse it.
 """
 
 from __future__ import annotations
