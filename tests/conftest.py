@@ -21,6 +21,7 @@ must give the same panes on each. Select runners with
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
@@ -33,12 +34,21 @@ from connect_fixtures import (  # noqa: F401 (fixtures)
     spark_connect,
     spark_connect_runner,
 )
-from spark_fixtures import spark_runner, spark_session  # noqa: F401 (spark_session: a fixture)
+from spark_fixtures import (  # noqa: F401 (spark_session: a fixture)
+    TEST_FOLDERS,
+    spark_runner,
+    spark_session,
+)
 from suite_scope import select
 
 # The embedded Kafka broker fixtures (KAFKA_BROKER=noida|tansu selects the broker), and the
 # two-worker Spark cluster's (with an S3 server on loopback).
 pytest_plugins = ["kafka_fixtures", "cluster_fixtures"]
+
+# A test module may import another area's helpers by their bare name (tests/streaming uses
+# tests/state's checkpointed job): every test folder is on the path, here as on the Spark
+# workers, whose PYTHONPATH lists them all (spark_fixtures.TEST_FOLDERS).
+sys.path.extend(folder for folder in TEST_FOLDERS if folder not in sys.path)
 
 
 def _direct_runner(request):

@@ -180,7 +180,7 @@ def start_run_1(tmp_path):
     checkpoint_dir, panes_dir = tmp_path / "checkpoints", tmp_path / "run-1"
     panes_dir.mkdir()
     gate = tmp_path / "gate-reached"
-    # This module's folder (tests/streaming) and tests/ itself (spark_fixtures).
+    # This module's folder (tests/state) and tests/ itself (spark_fixtures).
     here = os.path.dirname(os.path.abspath(__file__))
     environment = dict(os.environ, **{GATE_ENV: str(gate), SEEN_ENV: str(checkpoint_dir)})
     environment["PYTHONPATH"] = os.pathsep.join(

@@ -23,7 +23,8 @@ from test_spark_streaming_checkpoint import WritePanes, read_panes
 from runners.spark.state import changelog
 from runners.spark.state.checkpoint import latest_checkpoint, read_manifest
 
-from spark_fixtures import spark_session  # noqa: F401 (fixture)
+from project import REPO
+from spark_fixtures import TEST_FOLDERS, spark_session  # noqa: F401 (fixture)
 
 KEYS = 50
 
@@ -191,7 +192,6 @@ def test_a_streaming_run_logs_no_warning_while_it_runs(tmp_path):
     import subprocess
     import sys
 
-    tests = os.path.dirname(os.path.abspath(__file__))
     script = (
         "import apache_beam as beam\n"
         "from apache_beam.options.pipeline_options import PipelineOptions\n"
@@ -203,8 +203,9 @@ def test_a_streaming_run_logs_no_warning_while_it_runs(tmp_path):
         f"t.build(pipeline, {str(tmp_path)!r})\n"
         "pipeline.run().wait_until_finish()\n"
         "print('RUN DONE')\n")
+    # Every test folder (the job's DoFns live in tests/state), and the repository.
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [tests, os.path.dirname(tests)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        TEST_FOLDERS + [str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     run = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True,
                          text=True, timeout=600)
     output = run.stdout + run.stderr
