@@ -119,7 +119,7 @@ EXTENDED: Dict[str, str] = {
     "_joins_a_connect_server": "a worker joining a keyed job through a Connect server of the "
         "cluster (150 s with the server's start): the core suite joins one on classic Spark, "
         "and unit-tests the choice of partitions both backends share",
-    "runner/test_spark_cluster_paths.py::": "relative paths from a driver on the two-worker "
+    "cluster/test_spark_cluster_paths.py::": "relative paths from a driver on the two-worker "
         "cluster, in a directory its workers do not see and in one they do (~40 s with the "
         "cluster's start): the core suite runs the paths' checks in-process, and relative "
         "paths after a chdir on classic Spark and Spark Connect",

@@ -23,7 +23,8 @@ Inside the runner, its packages stand on floors (:data:`RUNNER_FLOORS`), from th
     planning/                       from a pipeline to a plan of fused stages
     chains/                         element-only steps as the runner's own operations
     options  beam_internals         the runner's options; Beam's private APIs, in one module
-    fast_paths                      Beam's hot paths, installed by beam_internals
+    fast_paths  executor_identity   Beam's hot paths, installed by beam_internals; which
+                                    executor a Python worker belongs to
 
 A module imports its own package and the floors below its own, never a floor above nor
 another package of its own floor. The graph is read from the source with :mod:`ast`, every
@@ -72,7 +73,7 @@ RUNNER_FLOORS: Tuple[Tuple[str, ...], ...] = tuple(
         ("planning",),
         ("chains",),
         ("options", "beam_internals"),
-        ("fast_paths",),
+        ("fast_paths", "executor_identity"),
     ))
 
 #: Beam modules that are not public API: only ``runners/spark/beam_internals.py`` imports them.

@@ -104,7 +104,7 @@ from apache_beam.transforms.trigger import (  # noqa: E402
 )
 from apache_beam.utils import proto_utils  # noqa: E402
 
-from runners.spark.worker.executor_identity import executor_name  # noqa: E402
+from runners.spark.executor_identity import executor_name  # noqa: E402
 from runners.spark.fast_paths import install_fast_paths  # noqa: E402
 
 
@@ -220,7 +220,7 @@ def _key_batches_per_executor() -> None:
     DirectRunner's (Beam's global-window buffering-timer test gave [1, 4, 3, 1, 1] or
     [3, 2, 4, 1] on a Connect server whose workers were PySpark's own, against the
     DirectRunner's [9, 1]). The key is made from the executor's identity instead
-    (:mod:`~runners.spark.worker.executor_identity`, the same in every Python process of an
+    (:mod:`~runners.spark.executor_identity`, the same in every Python process of an
     executor): one per executor, whether or not its workers fork from the runner's daemon
     (a Connect server or cluster started without it, ``spark.python.use.daemon=false``)."""
     from apache_beam.transforms import util

@@ -16,7 +16,7 @@ project`), and so is what the pipeline stages with Beam's ``--requirements_file`
 (:mod:`~runners.spark.dependencies.staging`). Relative file paths in a pipeline mean the
 driver's working directory as it is when the pipeline runs, as on the DirectRunner: the
 tasks run there, and where the workers do not see it a pipeline naming one is refused
-before it starts (:mod:`~runners.spark.working_directory`).
+before it starts (:mod:`~runners.spark.dependencies.working_directory`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Any, Optional, Sequence, Tuple
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner
 
-from runners.spark import backends, working_directory
+from runners.spark import backends
 from runners.spark import options as spark_options
 from runners.spark.backends.base import Backend
-from runners.spark.dependencies import staging
+from runners.spark.dependencies import staging, working_directory
 from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.execution.batch import PlanExecution
 from runners.spark.execution.result import ProgressListener, SparkPipelineResult

@@ -1,6 +1,6 @@
 """Which key partitions move onto executors that joined a streaming job, and when the
 affinity looks (``runners/spark/backends/spreading.py``); how a task names its executor
-(``runners/spark/worker/executor_identity.py``). The moves themselves, on a cluster a worker joins
+(``runners/spark/executor_identity.py``). The moves themselves, on a cluster a worker joins
 mid-stream, are in ``test_spark_cluster_spreading.py``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from runners.spark.backends.spreading import SpreadCheck, plan_moves
-from runners.spark.worker.executor_identity import executor_name
+from runners.spark.executor_identity import executor_name
 
 
 def test_a_joined_executor_takes_half_of_a_lone_executors_partitions_and_the_rest_stay():

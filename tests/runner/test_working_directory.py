@@ -18,8 +18,7 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.util import assert_that, equal_to
 
-from spark_fixtures import spark_session  # noqa: F401 (fixture)
-from runners.spark.working_directory import (
+from runners.spark.dependencies.working_directory import (
     PROBE_FILE_PREFIX,
     DriverDirectory,
     RelativePathError,
@@ -28,6 +27,8 @@ from runners.spark.working_directory import (
     probe_directory,
     relative_paths,
 )
+
+from spark_fixtures import spark_session  # noqa: F401 (fixture)
 
 
 def test_relative_paths_after_the_driver_changed_directory(make_pipeline, tmp_path,

@@ -179,7 +179,7 @@ class PartitionAffinity(abc.ABC):
         """Between batches: when executors joined since the last look, move some places'
         partitions onto them (:mod:`~runners.spark.backends.spreading`). ``holders`` is
         place -> partition -> the executor its last task reported
-        (:func:`~runners.spark.worker.executor_identity.executor_name`); ``names`` names a job the
+        (:func:`~runners.spark.executor_identity.executor_name`); ``names`` names a job the
         look may run. Nothing by default."""
 
     def release(self) -> None:
@@ -246,9 +246,9 @@ class Backend(abc.ABC):
     def sees_directory(self, path: str) -> bool:
         """Whether this Spark's Python workers see the driver's directory ``path``: the
         same files, so that a relative path means there what it means to the driver
-        (:mod:`runners.spark.working_directory`). This default asks with one small Spark
+        (:mod:`runners.spark.dependencies.working_directory`). This default asks with one small Spark
         job each time."""
-        from runners.spark.working_directory import probe_directory
+        from runners.spark.dependencies.working_directory import probe_directory
 
         return probe_directory(self, path)
 

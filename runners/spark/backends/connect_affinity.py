@@ -66,7 +66,7 @@ from runners.spark.backends.spreading import (
     plan_moves,
     spread_note,
 )
-from runners.spark.worker.executor_identity import executor_name
+from runners.spark.executor_identity import executor_name
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ What the runner needs of the server and of its Python workers, asked with one sm
 The same query asks whether the workers see the driver's working directory (a server on
 this host, or a folder they share): whether they find a file the driver has just made
 there. A run started in that directory knows it without another query
-(:mod:`runners.spark.working_directory`: tasks run there, and a relative path in a
+(:mod:`runners.spark.dependencies.working_directory`: tasks run there, and a relative path in a
 pipeline, ``--output counts``, means what it means to the driver; where the workers do
 not see it, such a pipeline is refused before it starts).
 
@@ -38,7 +38,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import apache_beam
 
-from runners.spark.working_directory import PROBE_FILE_PREFIX
+from runners.spark.dependencies.working_directory import PROBE_FILE_PREFIX
 
 #: Spark Connect servers older than this lack an API the runner uses (repartitionById).
 MINIMUM_SERVER = (4, 1)

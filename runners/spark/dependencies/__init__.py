@@ -1,4 +1,5 @@
-"""Code the executors need: the project's own packages, and what a pipeline stages.
+"""What the executors need from the driver: the project's own packages, what a pipeline
+stages, and the driver's working directory.
 
 A cluster's executors have Python and the project's third-party dependencies (Beam, PySpark,
 kafka-python, ...) but not necessarily this project or the user's code. What reaches them:
@@ -13,5 +14,8 @@ kafka-python, ...) but not necessarily this project or the user's code. What rea
   installed offline into the job's *site*, the pickled main session, other files), shared by
   both paths; :mod:`~runners.spark.dependencies.packages` installs the packages;
 * :mod:`~runners.spark.dependencies.worker`: the task side, which puts a job's site on the
-  Python worker's path and loads its main session before the first bundle.
+  Python worker's path and loads its main session before the first bundle;
+* :mod:`~runners.spark.dependencies.working_directory`: relative paths mean the driver's
+  working directory when the pipeline runs: tasks run there, or the pipeline is refused
+  where the workers do not see it.
 """

@@ -35,7 +35,7 @@ import threading
 import zipfile
 from typing import Optional, Set
 
-from runners.spark.working_directory import DriverDirectory
+from runners.spark.dependencies.working_directory import DriverDirectory
 
 _LOCK = threading.Lock()
 _LOADED_SESSIONS: Set[str] = set()
@@ -66,7 +66,7 @@ class JobEnvironment:
       site: the job's installed packages, zipped.
       main_session: its pickled main session.
       working_directory: the driver's directory and whether the workers see it (tasks run
-        there: :func:`runners.spark.working_directory.in_driver_directory`); None for a
+        there: :func:`runners.spark.dependencies.working_directory.in_driver_directory`); None for a
         task of no run.
     """
 
@@ -86,8 +86,9 @@ def prepare_python_worker(environment: JobEnvironment) -> None:
         _use_site(environment.site)
         session = environment.main_session
         if session and session not in _LOADED_SESSIONS:
-            from runners.spark.beam_internals import pickler
             from pyspark import SparkFiles
+
+            from runners.spark.beam_internals import pickler
 
             pickler.load_session(SparkFiles.get(session))
             _LOADED_SESSIONS.add(session)

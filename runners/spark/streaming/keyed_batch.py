@@ -20,6 +20,7 @@ from typing import Any, FrozenSet, Iterator, Optional, Tuple
 
 from apache_beam.utils.timestamp import Timestamp
 
+from runners.spark.executor_identity import executor_name
 from runners.spark.state.changelog import DurableState, StateFile
 from runners.spark.state.storage.faults import take_retries
 from runners.spark.state.storage.filesystems import DurableStorage
@@ -31,7 +32,6 @@ from runners.spark.state.store import (
     partition_directory_name,
     remove_run,
 )
-from runners.spark.worker.executor_identity import executor_name
 from runners.spark.worker.records import StepReport
 
 #: Rounds of due timers one key may fire in one batch before the runner calls it a loop.

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Set, Tuple
 
 from runners.spark.beam_internals import beam_fn_api_pb2
+from runners.spark.dependencies.working_directory import in_driver_directory
 from runners.spark.state.encoding import (
     decode_user_state,
     encode_user_state,
@@ -32,7 +33,6 @@ from runners.spark.worker.errors import failing_as_task
 from runners.spark.worker.metrics import pack
 from runners.spark.worker.records import Elements, KeyedElements, unpack_keyed
 from runners.spark.worker.side_inputs import TaskStateHandler
-from runners.spark.working_directory import in_driver_directory
 
 
 def process_stateful_partition(task: StageTask, batch: KeyedBatch, partition: int,

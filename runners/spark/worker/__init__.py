@@ -12,5 +12,4 @@ and the records, metrics and errors it hands back.
 * :mod:`~runners.spark.worker.errors`: a user's exception carried back to the driver.
 * :mod:`~runners.spark.worker.replay_names`: the name of every bundle, which a replay
   reproduces (for exactly-once sinks).
-* :mod:`~runners.spark.worker.executor_identity`: which executor a task runs on.
 """

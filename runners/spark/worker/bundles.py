@@ -53,6 +53,7 @@ from runners.spark.beam_internals import (
 from runners.spark.chains import operation as _chain_operation  # noqa: F401 - registers it
 from runners.spark.chains.window_assignment import use_native_window_assignment
 from runners.spark.dependencies.worker import JobEnvironment, prepare_python_worker
+from runners.spark.dependencies.working_directory import in_driver_directory
 from runners.spark.planning.execution_plan import StageSpec
 from runners.spark.worker.components import SharedComponents, iter_encoded
 from runners.spark.worker.decode_loop import STAGE_INPUT_URNS, use_decode_loop
@@ -61,7 +62,6 @@ from runners.spark.worker.metrics import pack
 from runners.spark.worker.records import Elements
 from runners.spark.worker.replay_names import BundleNamer
 from runners.spark.worker.side_inputs import TaskStateHandler
-from runners.spark.working_directory import in_driver_directory
 
 #: (descriptor digest, run, side-input table digest) -> idle processors, per Python worker
 #: process (:attr:`StageTask.pool_key`).
@@ -265,7 +265,7 @@ def process_partition(
     :class:`~runners.spark.worker.errors.TaskFailure` carrying the user's exception when a
     bundle fails. With ``deferred`` (streaming), residuals of self-checkpointing splittable
     DoFns and bundle finalizations are handed back in it instead of being run here. It runs
-    in the driver's working directory (:mod:`~runners.spark.working_directory`).
+    in the driver's working directory (:mod:`~runners.spark.dependencies.working_directory`).
     """
     with in_driver_directory(task.environment.working_directory):
         yield from _process_partition(task, records, deferred)
