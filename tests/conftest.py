@@ -1,13 +1,15 @@
 """Shared fixtures: every model test runs once per runner; every test marked by its area.
 
-Tests are grouped by area, one folder each, and each test carries its folder's marker
-(``pytest -m streaming``): ``model`` (the four questions on every runner), ``runner`` (the
-SparkRunner in batch, its failures and graph), ``cluster`` (a standalone cluster of workers
-that share no disk: state that follows executors, a worker lost), ``streaming`` (the micro-batch
-loop), ``state`` (keyed state: stores, checkpoints, storage, rescale, update, reading it),
-``kafka`` (the Kafka source and sink, on both embedded brokers),
-``job_server`` (Beam's Job API) and ``pipelines`` (the jobs, the demo, pictures, benchmarks).
-A test that runs on Spark is also marked ``spark``.
+Tests are grouped by area, one folder each, and each test carries its folder's marker (``pytest
+-m streaming``): ``model`` (the four questions on every runner), ``conformance`` (Beam's
+semantics as Beam's own tests write them, on every runner), ``runner`` (the SparkRunner in
+batch, its failures and graph), ``chains`` (the runner's own operations for element-only steps,
+against Beam's), ``files`` (Beam's file IO and relative paths on the runner), ``cluster`` (a
+standalone cluster of workers that share no disk: state that follows executors, a worker lost),
+``streaming`` (the micro-batch loop), ``state`` (keyed state: stores, checkpoints, storage,
+rescale, update, reading it), ``kafka`` (the Kafka source and sink, on both embedded brokers),
+``job_server`` (Beam's Job API) and ``pipelines`` (the jobs, the demo, pictures, benchmarks). A
+test that runs on Spark is also marked ``spark``.
 
 The runner is a parameter, never a constant, so the same TestStream proof runs on Beam's
 DirectRunner and on our SparkRunner, on classic Spark and on Spark Connect
@@ -64,7 +66,8 @@ RUNNERS: Dict[str, Callable] = {"DirectRunner": _direct_runner, "SparkRunner": s
 SPARK_RUNNERS = ("SparkRunner", "SparkConnect")
 #: Areas whose tests run on Spark Connect too (``BEAM_TEST_CONNECT_AREAS`` narrows them).
 CONNECT_AREAS = tuple(area.strip() for area in os.environ.get(
-    "BEAM_TEST_CONNECT_AREAS", "model,runner,pipelines,streaming,state,kafka").split(",")
+    "BEAM_TEST_CONNECT_AREAS",
+    "model,conformance,runner,chains,files,pipelines,streaming,state,kafka").split(",")
     if area.strip())
 
 
@@ -132,8 +135,8 @@ def make_pipeline(runner):
 
 
 #: The folders under tests/ that group tests by area; each is also the area's marker.
-AREAS = ("model", "runner", "cluster", "streaming", "state", "kafka", "job_server",
-         "pipelines")
+AREAS = ("model", "conformance", "runner", "chains", "files", "cluster", "streaming", "state",
+         "kafka", "job_server", "pipelines")
 #: Areas whose every test starts Spark work.
 SPARK_AREAS = ("runner", "cluster", "streaming", "state", "job_server")
 

@@ -9,11 +9,12 @@
 * the Kafka tests on the second embedded broker (``tansu``): the connector's code is the
   same on both, and the core suite runs every Kafka test on ``noida``;
 * the Spark Connect runs of the tests of ``tests/runner`` and ``tests/pipelines``: every
-  model, streaming, state and Kafka test that names its runner runs on Connect in the core
-  suite, with Connect's own tests; the runner's and the jobs' tests exercise the same
-  backend again;
-* the DirectRunner runs of the tests outside ``tests/model``: Beam's own runner at a pinned
-  version, the reference every model test is compared with in the core suite;
+  model, conformance, streaming, state and Kafka test that names its runner runs on Connect
+  in the core suite, with Connect's own tests; the runner's and the jobs' tests exercise the
+  same backend again;
+* the DirectRunner runs of the tests outside ``tests/model`` and ``tests/conformance``:
+  Beam's own runner at a pinned version, the reference every model test is compared with in
+  the core suite;
 * the tests of :data:`EXTENDED`, and the Connect runs of :data:`CONNECT_EXTENDED`, each
   with why it can wait.
 
@@ -36,7 +37,10 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 #: The areas whose tests' Spark Connect runs are in the core suite.
-CONNECT_CORE_AREAS = ("model", "streaming", "state", "kafka")
+CONNECT_CORE_AREAS = ("model", "conformance", "streaming", "state", "kafka")
+#: The areas whose tests' DirectRunner runs are in the core suite (the reference each
+#: SparkRunner result is compared with).
+DIRECT_CORE_AREAS = ("model", "conformance")
 #: Node-id prefixes (relative to tests/) of tests outside the core suite, and why.
 EXTENDED: Dict[str, str] = {
     "cluster/test_spark_cluster_streaming.py::test_a_job_killed_and_restarted_from_a_checkpoint"
@@ -188,14 +192,14 @@ def is_extended(node: str, area: Optional[str], runner: Optional[str],
     if broker == "tansu":
         return "the second embedded broker"
     if runner == "SparkConnect" and area not in CONNECT_CORE_AREAS:
-        return ("a Spark Connect run outside tests/model, tests/streaming, tests/state and "
-                "tests/kafka")
+        return ("a Spark Connect run outside tests/model, tests/conformance, tests/streaming, "
+                "tests/state and tests/kafka")
     if runner == "SparkConnect":
         for prefix, reason in CONNECT_EXTENDED.items():
             if node.startswith(prefix):
                 return reason
-    if runner == "DirectRunner" and area != "model":
-        return "a DirectRunner run outside tests/model"
+    if runner == "DirectRunner" and area not in DIRECT_CORE_AREAS:
+        return "a DirectRunner run outside tests/model and tests/conformance"
     for prefix, reason in EXTENDED.items():
         if node.startswith(prefix):
             return reason

@@ -20,8 +20,8 @@ def test_every_left_out_or_fault_test_named_exists():
 
 def test_the_rules_leave_out_what_they_say():
     assert is_extended("runner/test_graph.py::test_x[SparkConnect]", "runner", "SparkConnect",
-                       None) == ("a Spark Connect run outside tests/model, tests/streaming, "
-                                 "tests/state and tests/kafka")
+                       None) == ("a Spark Connect run outside tests/model, tests/conformance, "
+                                 "tests/streaming, tests/state and tests/kafka")
     assert is_extended("state/test_state_table.py::test_x[SparkConnect]", "state", "SparkConnect",
                        None) is None
     assert is_extended("model/test_windows.py::test_x[SparkConnect]", "model", "SparkConnect",

@@ -12,7 +12,7 @@ element. Measured on the keyed windowed sum (``python -m bench.profile``, 200k e
 Each fast path covers the one case that matters (whole microseconds, ``int`` arguments, an
 ``IntervalWindow`` itself), computes exactly what Beam's code computes, and hands every
 other case to Beam's own function, so results and errors are unchanged
-(``tests/runner/test_fast_paths.py`` compares both on edge cases). Beam's minor version is
+(``tests/chains/test_fast_paths.py`` compares both on edge cases). Beam's minor version is
 checked by :mod:`runners.spark.beam_internals`, which installs these.
 
 >>> install_fast_paths()

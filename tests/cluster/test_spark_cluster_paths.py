@@ -29,7 +29,7 @@ def test_relative_paths_on_workers_that_see_the_drivers_directory_or_not(
     private = tempfile.mkdtemp(prefix="beam-test-private-", dir="/tmp")
     log = tmp_path / "driver.log"
     try:
-        driver = start_driver([PYTHON, "tests/runner/relative_paths_job.py", private,
+        driver = start_driver([PYTHON, "tests/cluster/relative_paths_job.py", private,
                                str(shared_dir), *runner_options(two_workers)], log)
         text = finish_driver(driver, log)
     finally:

@@ -16,8 +16,8 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing import test_stream as streams
 from apache_beam.testing import test_pipeline
+from apache_beam.testing import test_stream as streams
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
@@ -31,12 +31,12 @@ PROOFS = [
     ("model/test_triggers", "test_sessions_merge_and_keep_firing"),
     ("model/test_triggers", "test_early_firings_every_period_of_processing_time"),
     ("model/test_lateness", "test_each_sliding_window_counts_its_own_drop"),
-    ("model/test_conformance_streaming",
+    ("conformance/test_conformance_streaming",
      "test_late_data_merging_into_a_fired_session_fires_a_late_pane"),
-    ("model/test_conformance_streaming", "test_batch_elements_flushes_on_its_processing_time_timer"),
-    ("model/test_conformance_pipeline",
+    ("conformance/test_conformance_streaming", "test_batch_elements_flushes_on_its_processing_time_timer"),
+    ("conformance/test_conformance_pipeline",
      "test_reshuffle_keeps_early_on_time_and_late_panes_in_streaming"),
-    ("model/test_side_input_readiness",
+    ("conformance/test_side_input_readiness",
      "test_a_main_element_waits_for_every_pane_of_its_side_window"),
     ("runner/test_spark_runner_features", "test_stateful_dofn_with_event_time_timers"),
 ]
