@@ -26,7 +26,8 @@ package below is one idea:
 Every Beam private API it uses is imported in :mod:`~runners.spark.beam_internals`; the
 layers these packages form are stated and checked in ``tests/test_layers.py``.
 
-Usage: ``--runner=SparkRunner`` on a project pipeline (see ``runners.resolution``), or
+Usage: ``--runner=SparkRunner`` on a project pipeline or on any pipeline run by the launcher
+(``beam-spark run my_pipeline.py --runner SparkRunner``; see ``runners.resolution``), or
 
 >>> import apache_beam as beam
 >>> from runners.spark import SparkRunner

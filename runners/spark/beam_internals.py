@@ -641,3 +641,15 @@ def combine_key_limit(combine_fn: Any) -> int:
         isinstance(combine_fn, _core.CallableWrapperCombineFn)
         and combine_fn._fn in (min, max, sum))
     return 1000 * 1000 if small else 100 * 1000
+
+
+# Runner names (runners/resolution.py): Beam resolves a --runner name with a table of its
+# own, read at each create_runner (PipelineOptions, Pipeline(runner="...")).
+from apache_beam.runners import runner as _runner  # noqa: E402
+
+
+def resolve_runner_name(name: str, runner_path: str) -> None:
+    """Make Beam resolve the runner name ``name`` (in any case, with or without its
+    ``Runner`` suffix, as Beam matches names) to the class at ``runner_path``
+    (``"package.module.Class"``), in this process; every other name stays Beam's."""
+    _runner._RUNNER_MAP[name.lower()] = runner_path
