@@ -231,10 +231,14 @@ def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
+def explicit_master_url(options: PipelineOptions) -> Optional[str]:
+    """The ``--spark_master_url`` the user gave, or None."""
+    return options.get_all_options(drop_default=True).get("spark_master_url") or None
+
+
 def master_url(options: PipelineOptions) -> str:
     """The master the user asked for, or :data:`DEFAULT_MASTER` when left at Beam's default."""
-    explicit = options.get_all_options(drop_default=True).get("spark_master_url")
-    return explicit or DEFAULT_MASTER
+    return explicit_master_url(options) or DEFAULT_MASTER
 
 
 def spark_settings(options: PipelineOptions) -> Dict[str, str]:

@@ -100,6 +100,12 @@ class AccumulatedMetrics(RunMetrics):
         return list(self._accumulator.value)
 
 
+def _spark_submits_driver() -> bool:
+    """Whether this process is a driver spark-submit started: spark-submit hands it its JVM
+    through ``PYSPARK_GATEWAY_PORT``."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 class ClassicBackend(Backend):
     """The engine on a SparkContext (see the module docstring).
 
@@ -119,6 +125,15 @@ class ClassicBackend(Backend):
         on the executors' Python path."""
         if SparkContext._active_spark_context is not None:
             backend = cls(SparkContext.getOrCreate())
+            backend.ship_project()
+            return backend
+        if _spark_submits_driver() and not spark_options.explicit_master_url(options):
+            # spark-submit's --master, --name and --conf are the session's (Spark reads them
+            # from the JVM spark-submit started): the pipeline's --spark_conf only adds to
+            # them, and the project ships as to a session of the user's.
+            named = spark_options.parse_spark_conf(
+                options.view_as(spark_options.SparkRunnerOptions).spark_conf)
+            backend = cls(SparkContext.getOrCreate(SparkConf().setAll(named.items())))
             backend.ship_project()
             return backend
         settings = spark_options.spark_settings(options)
