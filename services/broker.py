@@ -265,8 +265,9 @@ def stop_pid(pid: int, process: Optional[subprocess.Popen] = None) -> None:
 # ---- command line -------------------------------------------------------------------------
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.broker", description=__doc__.split("\n")[0])
+def main(argv: Optional[List[str]] = None, prog: str = "python -m services.broker") -> int:
+    """The command line (``prog``: its name in its help); returns the exit status."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["start", "stop", "status"])
     parser.add_argument("--kind", choices=KINDS, default=os.environ.get("KAFKA_BROKER", "noida"))
     parser.add_argument("--port", type=int, default=None, help="default: a free loopback port")

@@ -507,9 +507,10 @@ def stop_from_state(state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR) -> 
     return True
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, prog: str = "python -m services.cluster") -> int:
+    """The command line (``prog``: its name in its help); returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m services.cluster",
+        prog=prog,
         description="A Spark standalone cluster (1 master, N workers) on 127.0.0.1.",
     )
     parser.add_argument("action", choices=["start", "stop", "status"])

@@ -235,9 +235,10 @@ def read_state(state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR) -> Optio
     return StateFile(state_dir, STATE_FILE_NAME).read()
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, prog: str = "python -m services.connect_server") -> int:
+    """The command line (``prog``: its name in its help); returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m services.connect_server",
+        prog=prog,
         description="A Spark Connect server on 127.0.0.1, from pyspark's own jars.")
     parser.add_argument("action", choices=["start", "stop", "status"])
     parser.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR),

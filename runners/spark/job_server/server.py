@@ -278,9 +278,9 @@ class SparkJobServer:
             shutil.rmtree(self._staging_dir, ignore_errors=True)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "python -m runners.spark.job_server") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m runners.spark.job_server",
+        prog=prog,
         description="Beam job server: runs pipelines submitted through Beam's Job API "
                     "(--runner=PortableRunner --job_endpoint=HOST:PORT) on Spark.")
     parser.add_argument("--port", type=int, default=8099,
@@ -309,9 +309,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Run the job server until SIGINT or SIGTERM."""
-    args = _parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m runners.spark.job_server") -> int:
+    """Run the job server until SIGINT or SIGTERM (``prog``: the command's name in its
+    help)."""
+    args = _parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         server = SparkJobServer(port=args.port, host=args.host,
@@ -320,7 +322,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                 allow_remote_clients=args.allow_remote_clients,
                                 spark_remote=args.spark_remote)
     except ValueError as error:
-        _parser().error(str(error))
+        _parser(prog).error(str(error))
     try:
         server.start()
     except OSError as error:

@@ -58,9 +58,9 @@ def format_table(rows: Iterable[Sequence[Any]], columns: Sequence[str]) -> str:
                      + [line(row) for row in cells])
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m runners.spark.state.table.cli",
+        prog=prog,
         description="Print a streaming job's keyed state, read from its checkpoint.")
     parser.add_argument("--checkpoint_dir", required=True,
                         help="The job's --checkpoint_dir (a path or a Beam filesystem URL).")
@@ -78,9 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Print the table; returns the exit status (1: the state cannot be read as asked)."""
-    args = _parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m runners.spark.state.table.cli") -> int:
+    """Print the table; returns the exit status (1: the state cannot be read as asked).
+    ``prog`` is the command's name in its help."""
+    args = _parser(prog).parse_args(argv)
     try:
         info = checkpoint_info(args.checkpoint_dir, args.batch)
         if args.changes:
