@@ -157,34 +157,36 @@ bench-kafka: install
 	$(PY) -m bench.kafka $(BENCH_ARGS)
 
 # A Spark standalone master and $(WORKERS) worker(s) on 127.0.0.1 (free ports), from pyspark's
-# own Spark distribution; prints the spark:// URL to pass as --spark_master_url.
+# own Spark distribution; prints the spark:// URL to pass as --spark_master_url. The services'
+# targets run the launcher's commands (beam-spark --help); the stop targets run the modules
+# themselves, which a virtualenv installed before the launcher has too.
 spark-cluster: install
-	$(PY) -m services.cluster start --state-dir $(CLUSTER_DIR) --workers $(WORKERS) \
+	$(PY) -m beam_spark cluster start --state-dir $(CLUSTER_DIR) --workers $(WORKERS) \
 	  --worker-cores $(WORKER_CORES)
 
 spark-cluster-stop:
 	@if [ -x $(PY) ]; then $(PY) -m services.cluster stop --state-dir $(CLUSTER_DIR); fi
 
 spark-cluster-status:
-	$(PY) -m services.cluster status --state-dir $(CLUSTER_DIR)
+	$(PY) -m beam_spark cluster status --state-dir $(CLUSTER_DIR)
 
 # A Spark Connect server on 127.0.0.1 (free port), from pyspark's own jars; prints the sc:// URL
 # to pass as --spark_remote. CONNECT_MASTER=spark://... serves a cluster.
 connect-server: install
-	$(PY) -m services.connect_server start --state-dir $(CONNECT_DIR) --master '$(CONNECT_MASTER)'
+	$(PY) -m beam_spark connect-server start --state-dir $(CONNECT_DIR) --master '$(CONNECT_MASTER)'
 
 connect-server-stop:
 	@if [ -x $(PY) ]; then $(PY) -m services.connect_server stop --state-dir $(CONNECT_DIR); fi
 
 connect-server-status:
-	$(PY) -m services.connect_server status --state-dir $(CONNECT_DIR)
+	$(PY) -m beam_spark connect-server status --state-dir $(CONNECT_DIR)
 
 # Beam's Job API on Spark: submit any Beam Python pipeline with --runner=PortableRunner
 # --job_endpoint=localhost:$(JOB_SERVER_PORT). Stop it with Ctrl-C.
 JOB_SERVER_PORT ?= 8099
 JOB_SERVER_ARGS ?=
 job-server: install
-	$(PY) -m runners.spark.job_server --port $(JOB_SERVER_PORT) $(JOB_SERVER_ARGS)
+	$(PY) -m beam_spark job-server --port $(JOB_SERVER_PORT) $(JOB_SERVER_ARGS)
 
 # Optional: Graphviz renders `--graph FILE.svg|.png` (without it, jobs write FILE.dot).
 graphviz:
@@ -193,13 +195,13 @@ graphviz:
 
 # The embedded broker for manual use: prints the --bootstrap_servers to pass to a job.
 kafka: install
-	$(PY) -m services.broker start --kind $(KAFKA_BROKER) --state-dir $(KAFKA_DIR)
+	$(PY) -m beam_spark kafka start --kind $(KAFKA_BROKER) --state-dir $(KAFKA_DIR)
 
 kafka-stop:
 	@if [ -x $(PY) ]; then $(PY) -m services.broker stop --state-dir $(KAFKA_DIR); fi
 
 kafka-status:
-	$(PY) -m services.broker status --state-dir $(KAFKA_DIR)
+	$(PY) -m beam_spark kafka status --state-dir $(KAFKA_DIR)
 
 clean: spark-cluster-stop connect-server-stop kafka-stop
 	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache out $(CLUSTER_DIR) $(CONNECT_DIR) $(KAFKA_DIR)

@@ -15,8 +15,12 @@ setup(
         "run on Apache Spark through PySpark, with Kafka as the log and TestStream as the proof."
     ),
     python_requires=">=3.10",
-    packages=find_packages(include=["pipelines*", "transforms*", "triggers*", "runners*", "services*", "pictures*"]),
+    packages=find_packages(include=["beam_spark*", "pipelines*", "transforms*", "triggers*",
+                                    "runners*", "services*", "pictures*"]),
     package_data={"pipelines": ["data/*"]},
+    # The launcher: your own pipeline with --runner=SparkRunner meaning ours, and the
+    # project's commands (beam-spark --help).
+    entry_points={"console_scripts": ["beam-spark = beam_spark.__main__:main"]},
     install_requires=[
         # The Spark runner uses Beam internals (fusion, the in-process SDK harness):
         # one minor version only, upgraded deliberately behind the runner-equivalence tests.

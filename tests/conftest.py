@@ -8,8 +8,9 @@ against Beam's), ``files`` (Beam's file IO and relative paths on the runner), ``
 standalone cluster of workers that share no disk: state that follows executors, a worker lost),
 ``streaming`` (the micro-batch loop), ``state`` (keyed state: stores, checkpoints, storage,
 rescale, update, reading it), ``kafka`` (the Kafka source and sink, on both embedded brokers),
-``job_server`` (Beam's Job API) and ``pipelines`` (the jobs, the demo, pictures, benchmarks). A
-test that runs on Spark is also marked ``spark``.
+``job_server`` (Beam's Job API), ``pipelines`` (the jobs, the demo, pictures, benchmarks) and
+``launcher`` (``beam-spark``: a user's own pipeline, the project's commands). A test that runs
+on Spark is also marked ``spark``.
 
 The runner is a parameter, never a constant, so the same TestStream proof runs on Beam's
 DirectRunner and on our SparkRunner, on classic Spark and on Spark Connect
@@ -136,7 +137,7 @@ def make_pipeline(runner):
 
 #: The folders under tests/ that group tests by area; each is also the area's marker.
 AREAS = ("model", "conformance", "runner", "chains", "files", "cluster", "streaming", "state",
-         "kafka", "job_server", "pipelines")
+         "kafka", "job_server", "pipelines", "launcher")
 #: Areas whose every test starts Spark work.
 SPARK_AREAS = ("runner", "cluster", "streaming", "state", "job_server")
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["bench", "pictures", "pipelines", "transforms", "triggers", "runners", "services"]
+PACKAGES = ["beam_spark", "bench", "pictures", "pipelines", "transforms", "triggers", "runners",
+            "services"]
 TESTS = Path(__file__).resolve().parent
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

@@ -4,6 +4,7 @@ internals in one module.
 The layers, from the top::
 
     bench/                      may import everything below
+    beam_spark/                 the launcher (beam-spark): runs the runner, starts services
     pipelines/  (jobs, live demo)
     pictures/                   draws plain data (matplotlib); runs nothing
     transforms/   triggers/     the model's library: Beam only
@@ -44,11 +45,14 @@ import pytest
 
 from project import REPO
 
-PACKAGES = ("bench", "pictures", "pipelines", "transforms", "triggers", "runners", "services")
+PACKAGES = ("beam_spark", "bench", "pictures", "pipelines", "transforms", "triggers", "runners",
+            "services")
 
 #: Module-name prefix -> the prefixes its imports may name (besides its own package).
 ALLOWED: Dict[str, Tuple[str, ...]] = {
     "bench": ("pictures", "pipelines", "transforms", "triggers", "runners", "services"),
+    # The launcher runs a user's pipeline on the runner and starts the project's services.
+    "beam_spark": ("runners", "services"),
     # A job accepts the runner's options and names it, and draws the runner's stage graph
     # (--graph); the demo starts local services.
     "pipelines": ("pictures", "transforms", "triggers", "runners.resolution",
