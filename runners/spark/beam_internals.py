@@ -41,6 +41,7 @@ _check_beam_version(apache_beam.__version__)
 # pylint: disable=wrong-import-position,unused-import
 from apache_beam.coders.coder_impl import (  # noqa: E402
     BooleanCoderImpl,
+    IterableCoderImpl,
     PaneInfoCoderImpl,
     StreamCoderImpl,
     TupleSequenceCoderImpl,

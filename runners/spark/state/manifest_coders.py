@@ -7,10 +7,12 @@ checkpoint manifest carries, under ``"decoding"`` (:func:`state_decoding`), per 
 (by the name its state files are kept under):
 
 * ``kind``: ``"GroupByKey"`` or ``"stateful DoFn"``;
-* ``key_coder``: the coder id that encodes the store's keys (a stateful DoFn's is the SDK's
+* ``key_coder``: the coder id that decodes the store's keys (a stateful DoFn's is the SDK's
   key coder, length-prefixed when the SDK reads the key as opaque bytes);
 * ``window_coder``: the windowing strategy's window coder;
-* a GroupByKey's ``value_coder``: the grouped values (its buffered elements);
+* a GroupByKey's ``value_coder``: the grouped values (its buffered elements), and
+  ``values``: ``"accumulators"`` when the GroupByKey is a lifted combine's (its values are
+  the combine's accumulators, encoded with its accumulator coder), else ``"elements"``;
 * a stateful DoFn's ``state`` (``transform id -> state id -> {"spec", "coder"}``: each
   cell's coder from its state spec) and ``timers`` (``"<transform id>/<family id>"`` -> the
   timer family's coder);
@@ -18,7 +20,14 @@ checkpoint manifest carries, under ``"decoding"`` (:func:`state_decoding`), per 
 and ``coders``: every coder id those name, and the components they reference, as Beam
 runner-API ``Coder`` protos (serialized, base64). :func:`load_coders` turns them back into
 Beam coders, refusing (with the reason) any it cannot build safely: a pickled Python coder
-is built only when its pickle names nothing but Beam's own coder classes.
+is built only when its pickle names nothing but Beam's own coder classes, and those of them
+that unpickle what they decode (``FastPrimitivesCoder``, ``PickleCoder``, ...) are built as
+coders that decode plain data only (:mod:`~runners.spark.state.safe_decoding`).
+
+A GroupByKey's keys and values are kept as the runner reads them: where the SDK's coder is
+one the runner does not know (a pickled Python coder, such as ``FastPrimitivesCoder`` for a
+pipeline without type hints), the runner holds the SDK's encoding as opaque bytes
+(``bytes_coder``), and the manifest names the SDK's coder those bytes are the encoding of.
 
 >>> from apache_beam.coders import VarIntCoder
 >>> from apache_beam.runners.pipeline_context import PipelineContext
@@ -38,6 +47,9 @@ import pickle
 import zlib
 from typing import Any, Dict, Iterable, Optional, Set
 
+from apache_beam.coders.coders import Coder
+from google.protobuf import wrappers_pb2
+
 # The runner's own coder URNs (microsecond windowed values and timers) register on import:
 # a reader builds the coders the job's plan used.
 import runners.spark.planning.coders  # noqa: F401
@@ -47,11 +59,19 @@ from runners.spark.beam_internals import (
     beam_runner_api_pb2,
     common_urns,
     python_urns,
+    split_buffer_id,
 )
 from runners.spark.planning.execution_plan import SDK_STAGE, ExecutionPlan, stateful_par_do
+from runners.spark.state.safe_decoding import REFUSED, SUBSTITUTES
 
 GROUP_BY_KEY = "GroupByKey"
 STATEFUL_DO_FN = "stateful DoFn"
+#: What a GroupByKey's values are (``values``): a lifted combine's accumulators, or elements.
+ACCUMULATORS = "accumulators"
+ELEMENTS = "elements"
+#: A pickled Python coder as a reader builds it (:func:`load_coders`): Beam's coder classes
+#: only, those that unpickle what they decode replaced.
+READER_PICKLED_CODER_URN = "beam:coder:spark_runner:state_reader_pickled:v1"
 #: Modules whose coder classes a pickled Python coder may name.
 _BEAM_CODER_MODULES = ("apache_beam.coders.",)
 
@@ -66,8 +86,10 @@ def state_decoding(plan: ExecutionPlan) -> Dict[str, Any]:
     docstring), as plain data for a checkpoint manifest."""
     components = plan.components
     steps: Dict[str, Dict[str, Any]] = {}
-    for group in plan.groups.values():
-        steps[group.transform_name] = _group(components, group)
+    merged = _merged_accumulators(plan)
+    for buffer_id, group in plan.groups.items():
+        steps[group.transform_name] = _group(components, group, split_buffer_id(buffer_id)[1],
+                                             merged)
     for stage in plan.stages:
         if stage.keyed and stage.kind == SDK_STAGE and stage.descriptor:
             steps[stage.name] = _stateful(components, stage)
@@ -108,12 +130,49 @@ def _kv_components(components: Any, coder_id: str) -> "tuple[str, str]":
     return coder.component_coder_ids[0], coder.component_coder_ids[1]
 
 
-def _group(components: Any, group: Any) -> Dict[str, Any]:
-    # The job decodes its input with spec.input_coder_id (grouping.py): the same coder here.
+def _merged_accumulators(plan: ExecutionPlan) -> Set[str]:
+    """The PCollections a lifted combine merges the accumulators of (its GroupByKey's
+    output)."""
+    merged: Set[str] = set()
+    urn = common_urns.combine_components.COMBINE_PER_KEY_MERGE_ACCUMULATORS.urn
+    for stage in plan.stages:
+        if stage.kind != SDK_STAGE or not stage.descriptor:
+            continue
+        descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
+        merged.update(pcollection for transform in descriptor.transforms.values()
+                      if transform.spec.urn == urn for pcollection in transform.inputs.values())
+    return merged
+
+
+def _reading_coder(components: Any, runner_coder: str, sdk_coder: str) -> str:
+    """The coder that decodes what the runner encoded with ``runner_coder``: the SDK's coder
+    of which it holds the encoding as opaque bytes (a length-prefixed coder's component),
+    else its own (a coder the runner knows, or one with length-prefixed parts inside, which
+    both encode alike)."""
+    sdk = components.coders[sdk_coder]
+    if (runner_coder != sdk_coder and sdk.spec.urn == common_urns.coders.LENGTH_PREFIX.urn
+            and components.coders[runner_coder].spec.urn == common_urns.coders.BYTES.urn):
+        return sdk.component_coder_ids[0]
+    return runner_coder
+
+
+def _group(components: Any, group: Any, transform_id: str, merged: Set[str]) -> Dict[str, Any]:
+    # The job decodes its input with spec.input_coder_id (grouping.py); the SDK encoded it
+    # with its input PCollection's coder.
     key_coder, value_coder = _kv_components(components, group.input_coder_id)
+    transform = components.transforms.get(transform_id)
+    values = ELEMENTS
+    if transform is not None:
+        input_id = next(iter(transform.inputs.values()))
+        sdk_key, sdk_value = _kv_components(components,
+                                            components.pcollections[input_id].coder_id)
+        key_coder = _reading_coder(components, key_coder, sdk_key)
+        value_coder = _reading_coder(components, value_coder, sdk_value)
+        if set(transform.outputs.values()) & merged:
+            values = ACCUMULATORS
     strategy = components.windowing_strategies[group.windowing_strategy_id]
     return {"kind": GROUP_BY_KEY, "key_coder": key_coder, "value_coder": value_coder,
-            "window_coder": strategy.window_coder_id}
+            "values": values, "window_coder": strategy.window_coder_id}
 
 
 def _stateful(components: Any, stage: Any) -> Dict[str, Any]:
@@ -177,6 +236,8 @@ def load_coders(encoded: Dict[str, str]) -> LoadedCoders:
             reason = _pickled_coder_problem(proto.spec.payload)
             if reason:
                 refused[coder_id] = f"coder {coder_id}: {reason}"
+            else:  # built by _build_pickled_coder
+                proto.spec.urn = READER_PICKLED_CODER_URN
     context = PipelineContext(beam_runner_api_pb2.Components(coders=protos))
     built: Dict[str, Any] = {}
     for coder_id in protos:
@@ -208,11 +269,15 @@ def _refused_component(coder_id: str, protos: Dict[str, Any], refused: Dict[str,
 
 
 class _CoderClassesOnly(pickle.Unpickler):
-    """Unpickles a pickled Python coder naming Beam's coder classes only."""
+    """Unpickles a pickled Python coder naming Beam's coder classes only, those that
+    unpickle what they decode replaced by :mod:`~runners.spark.state.safe_decoding`'s."""
 
     def find_class(self, module: str, name: str) -> Any:
-        from apache_beam.coders.coders import Coder
-
+        if (module, name) in REFUSED:
+            raise pickle.UnpicklingError(f"it names {module}.{name}: "
+                                         f"{REFUSED[(module, name)]}")
+        if (module, name) in SUBSTITUTES:
+            return SUBSTITUTES[(module, name)]
         if module.startswith(_BEAM_CODER_MODULES):
             found = super().find_class(module, name)
             if isinstance(found, type) and issubclass(found, Coder):
@@ -221,14 +286,24 @@ class _CoderClassesOnly(pickle.Unpickler):
                                      "classes, and reading it would run that code")
 
 
+def _load_pickled_coder(serialized: bytes) -> Any:
+    """A pickled Python coder (Beam's ``serialize_coder``: its class name, ``$``, then a
+    compressed pickle as base64) as a reader builds it (:class:`_CoderClassesOnly`)."""
+    pickled = zlib.decompress(base64.b64decode(serialized.split(b"$", 1)[1]))
+    return _CoderClassesOnly(io.BytesIO(pickled)).load()
+
+
+def _build_pickled_coder(payload: Any, components: Any, context: Any) -> Any:
+    return _load_pickled_coder(payload.value)
+
+
+Coder.register_urn(READER_PICKLED_CODER_URN, wrappers_pb2.BytesValue, _build_pickled_coder)
+
+
 def _pickled_coder_problem(payload: bytes) -> str:
     """Why a pickled Python coder's payload is not read ('' when it is Beam's own)."""
-    from google.protobuf import wrappers_pb2
-
     try:
-        serialized = wrappers_pb2.BytesValue.FromString(payload).value
-        pickled = zlib.decompress(base64.b64decode(serialized.split(b"$", 1)[1]))
-        _CoderClassesOnly(io.BytesIO(pickled)).load()
+        _load_pickled_coder(wrappers_pb2.BytesValue.FromString(payload).value)
     except pickle.UnpicklingError as error:
         return f"a pickled Python coder: {error}"
     except Exception as error:  # malformed payload

@@ -1,12 +1,14 @@
 """The command line of the state reader: a job's keyed state as an aligned text table.
 
-``python -m runners.spark.state.table.cli --checkpoint_dir DIR [--batch N]
-[--step NAME]... [--changes START END] [--version_changes START END] [--limit N]`` prints
+``beam-spark state --checkpoint_dir DIR [--batch N] [--step NAME]... [--changes START END]
+[--version_changes START END] [--limit N]`` (or ``python -m runners.spark.state.table.cli``) prints
 the rows of :func:`~runners.spark.state.table.reader.state_rows` (or, with ``--changes``,
 the change feed between batches START and END: :func:`~runners.spark.state.table.reader.
 batch_changes`; with ``--version_changes``, of store versions ``(START, END]``:
 :func:`~runners.spark.state.table.reader.state_changes`), read on this machine without
-Spark; ``--limit`` stops after N rows.
+Spark; ``--limit`` stops after N rows. Keys, windows and values are decoded with the step's
+coders; a cell no coder could decode safely shows its bytes, and why is said once below the
+table.
 
 >>> print(format_table([("a", 1), ("bbb", None)], ["name", "n"]))
 name  n
@@ -18,7 +20,9 @@ bbb
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
+import re
 import sys
 from typing import Any, Iterable, List, Optional, Sequence
 
@@ -43,6 +47,24 @@ def _cell(value: Any) -> str:
     shown = value if isinstance(value, str) and value.isprintable() else (
         repr(value) if isinstance(value, (str, bytes)) else str(value))
     return shown if len(shown) <= _WIDTH else shown[:_WIDTH - 1] + "…"
+
+
+_NOT_DECODED = re.compile(r"<not decoded: (.*)>$", re.S)
+
+
+def not_decoded_reasons(rows: Iterable[Sequence[Any]]) -> "collections.Counter[str]":
+    """How many cells each reason left undecoded (a reader's ``<not decoded: why>``).
+
+    >>> not_decoded_reasons([("k", "b'x' <not decoded: no coder>"), ("<not decoded: no coder>",)])
+    Counter({'no coder': 2})
+    """
+    found: "collections.Counter[str]" = collections.Counter()
+    for row in rows:
+        for value in row:
+            match = _NOT_DECODED.search(value) if isinstance(value, str) else None
+            if match:
+                found[match.group(1)] += 1
+    return found
 
 
 def format_table(rows: Iterable[Sequence[Any]], columns: Sequence[str]) -> str:
@@ -106,6 +128,8 @@ def main(argv: Optional[List[str]] = None,
         return 1
     print(f"{info.path}: {title}, {len(picked)} row(s)")
     print(format_table(picked, columns))
+    for reason, count in sorted(not_decoded_reasons(picked).items()):
+        print(f"{count} cell(s) shown as bytes, not decoded: {reason}")
     return 0
 
 

@@ -16,8 +16,9 @@ them, with the job stopped or running, without the pipeline's code:
   new state, ``change_type`` ``"update"``) or deleted (``"delete"``), from the deltas;
   :func:`batch_changes` the same between two batches (the manifest keeps each recent
   batch's store version).
-* ``python -m runners.spark.state.table.cli --checkpoint_dir DIR``: the same as an
-  aligned text table (:mod:`~runners.spark.state.table.cli`), no Spark needed.
+* ``beam-spark state --checkpoint_dir DIR`` (``python -m runners.spark.state.table.cli``):
+  the same as an aligned text table (:mod:`~runners.spark.state.table.cli`), no Spark
+  needed.
 
 Each partition is rebuilt from exactly the chain its manifest names, every file checked
 against its CRC-32C as the job's own tasks do (a damaged file raises

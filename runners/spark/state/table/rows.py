@@ -5,13 +5,17 @@ version that wrote it, wakes, the watermark hold) and a blob (:mod:`~runners.spa
 state.encoding`): a GroupByKey's trigger state, or a stateful DoFn's user-state cells and
 timers. :func:`decode_key` turns one into :class:`StateRow` s, one per buffered element,
 trigger bookkeeping cell, watermark hold, user-state value and timer, decoded with the
-step's coders (:mod:`~runners.spark.state.manifest_coders`) where they could be built; a
-value whose coder could not be built is shown as its bytes, with the reason.
+step's coders (:mod:`~runners.spark.state.manifest_coders`): keys, windows, a GroupByKey's
+buffered elements (a lifted combine's accumulators, named ``accumulator``), user-state
+values and timers. A value no coder can decode safely (its coder could not be built, or only
+unpickling the pipeline's classes would decode it: :mod:`~runners.spark.state.
+safe_decoding`) is shown as its bytes, with the reason (:func:`not_decoded`).
 
 The runner's own structures in a blob are pickles of plain data; they are read with
 :class:`PlainStateUnpickler`, which builds only plain Python values and Beam's
 ``Timestamp``/``Duration`` and refuses any other class or function
-(:class:`UnsafeStateError`): reading a checkpoint runs no code from it beyond Beam's coders.
+(:class:`UnsafeStateError`): reading a checkpoint runs no code from it beyond Beam's coders,
+and none of them unpickles the pipeline's classes.
 
 >>> import pickle
 >>> load_plain(pickle.dumps((2, {b"cell": [b"v"]}, {})))
@@ -33,7 +37,8 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from runners.spark.beam_internals import beam_fn_api_pb2, create_InputStream
 from runners.spark.state.encoding import STATE_VERSION, processing_micros
-from runners.spark.state.manifest_coders import GROUP_BY_KEY, LoadedCoders
+from runners.spark.state.manifest_coders import ACCUMULATORS, GROUP_BY_KEY, LoadedCoders
+from runners.spark.state.safe_decoding import UnsafeValueError
 from runners.spark.state.store import decode_row
 
 #: The classes a state blob may name (all else is refused).
@@ -109,6 +114,22 @@ def text(value: Any) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
+def not_decoded(data: Optional[bytes], why: str) -> str:
+    """What a reader shows of a value no coder could decode safely: its bytes (first, so
+    values stay apart when a cell is cut), then why.
+
+    >>> print(not_decoded(b"\\x04k1", "no coder"))
+    b'\\x04k1' <not decoded: no coder>
+    """
+    return f"{data!r} <not decoded: {why}>" if data is not None else f"<not decoded: {why}>"
+
+
+def _why(error: Exception) -> str:
+    """Why a value was not decoded: a refusal says it all, another error names its type."""
+    return str(error) if isinstance(error, UnsafeValueError) else (
+        f"{type(error).__name__}: {error}")
+
+
 class KeyDecoder:
     """Decodes a step's rows with its decoding entry (``state_coders.state_decoding``) and
     its coders (None for both: show bytes only, saying why)."""
@@ -121,6 +142,10 @@ class KeyDecoder:
         self._key = self._coder("key_coder")
         self._window = self._coder("window_coder")
         self._value = self._coder("value_coder")
+        #: What a GroupByKey's buffered values are: elements, or a lifted combine's
+        #: accumulators (the name of their rows).
+        self._values = ("accumulator" if self.entry.get("values") == ACCUMULATORS
+                        else _ELEMENTS_TAG)
 
     def _coder(self, field: str) -> Tuple[Optional[Any], str]:
         coder_id = self.entry.get(field)
@@ -133,13 +158,13 @@ class KeyDecoder:
     def _decode(self, coder: Tuple[Optional[Any], str], data: bytes, nested: bool = False) -> str:
         impl_coder, why = coder
         if impl_coder is None:
-            return f"<not decoded: {why}>"
+            return not_decoded(data, why)
         try:
             impl = impl_coder.get_impl()
             value = (impl.decode_from_stream(create_InputStream(data), True) if nested
                      else impl.decode(data))
-        except Exception as error:  # a value its coder cannot read: show why, not fail
-            return f"<not decoded: {type(error).__name__}: {error}>"
+        except Exception as error:  # a value its coder cannot (or may not) read: say why
+            return not_decoded(data, _why(error))
         return text(value)
 
     def key(self, key_bytes: bytes) -> str:
@@ -183,7 +208,7 @@ class KeyDecoder:
             window_text = self.window(window)
             if tag == _ELEMENTS_TAG:
                 for encoded in values:
-                    yield base._replace(window=window_text, kind="elements", name=tag,
+                    yield base._replace(window=window_text, kind="elements", name=self._values,
                                         value=self._decode(self._value, encoded),
                                         value_bytes=encoded)
             elif tag == _HOLD_TAG:
@@ -223,9 +248,14 @@ class KeyDecoder:
                 row = base._replace(kind="timer", name=f"{transform_id}/{family_id}",
                                     value_bytes=encoded)
                 if coder is None:
-                    yield row._replace(value=f"<not decoded: {self.coders.why(coder_id)}>")
+                    yield row._replace(value=not_decoded(encoded, self.coders.why(coder_id)))
                     continue
-                timer = coder.get_impl().decode_from_stream(create_InputStream(encoded), True)
+                try:
+                    timer = coder.get_impl().decode_from_stream(create_InputStream(encoded),
+                                                                True)
+                except Exception as error:  # e.g. a key of the pipeline's own class
+                    yield row._replace(value=not_decoded(encoded, _why(error)))
+                    continue
                 tag = f"/{timer.dynamic_timer_tag}" if timer.dynamic_timer_tag else ""
                 yield row._replace(key=text(timer.user_key), name=row.name + tag,
                                    window=text(timer.windows[0]),
@@ -242,13 +272,18 @@ class KeyDecoder:
         if coder is None:
             why = (self.coders.why(coders[-1]) if kind == "bag_user_state" and coders
                    else f"a {kind} cell is shown as bytes")
-            yield row._replace(value=f"<not decoded: {why}>", value_bytes=data)
+            yield row._replace(value=not_decoded(data, why), value_bytes=data)
             return
         impl = coder.get_impl()
         stream = create_InputStream(data)
         start = 0
         while stream.size() > 0:
-            value = impl.decode_from_stream(stream, True)
+            try:
+                value = text(impl.decode_from_stream(stream, True))
+            except Exception as error:  # the rest of the cell cannot be read: its bytes
+                yield row._replace(value=not_decoded(data[start:], _why(error)),
+                                   value_bytes=data[start:])
+                return
             end = len(data) - stream.size()
-            yield row._replace(value=text(value), value_bytes=data[start:end])
+            yield row._replace(value=value, value_bytes=data[start:end])
             start = end
