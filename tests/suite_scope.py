@@ -140,12 +140,9 @@ EXTENDED: Dict[str, str] = {
         "the job server",
     "launcher/test_launcher.py::test_a_failing_pipeline_exits_non_zero_with_the_users_exception"
     "[SparkRunner]": "a user's failing pipeline file on the SparkRunner through the launcher "
-        "(20 s): the core suite fails one on the DirectRunner through it (the launcher's "
-        "part), and the runner's failures carry the user's error (tests/runner)",
-    "launcher/test_commands.py::test_run_against_a_spark_connect_server": "a user's pipeline "
-        "file through the launcher on a Connect server (45 s with the server's start): the "
-        "core suite runs one through it on classic Spark and under spark-submit, and every "
-        "model test on Connect",
+        "(a driver of its own: 7 s, 22 s on a loaded machine): the core suite fails one on "
+        "the DirectRunner through it (the launcher's part), and the runner's failures carry "
+        "the user's error (tests/runner)",
 }
 
 #: Node-id prefixes of tests whose Spark Connect runs are outside the core suite, and why.
