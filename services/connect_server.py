@@ -197,17 +197,8 @@ class ConnectServer:
             f"{log_tail(self.log_path, 30)}")
 
     def session(self) -> Any:
-        """A new client session on this server. PySpark marks the whole process as a Spark
-        Connect one when it makes one (``SPARK_CONNECT_MODE_ENABLED``), after which no
-        classic session can be made in it; the mark is taken back, so a process that also
-        runs classic Spark (tests, benchmarks comparing both) keeps doing so."""
-        from pyspark.sql import SparkSession
-
-        before = os.environ.get(_CONNECT_MODE)
-        session = SparkSession.builder.remote(self.url).create()
-        if before is None:
-            os.environ.pop(_CONNECT_MODE, None)
-        return session
+        """A new client session on this server (:func:`client_session`)."""
+        return client_session(self.url)
 
     def processes(self) -> List[int]:
         """The server's PID and every process below it (Python workers, their daemon)."""
@@ -228,6 +219,19 @@ class ConnectServer:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
+
+
+def client_session(url: str) -> Any:
+    """A new Spark Connect session on the server at ``url``, kept out of the process's own
+    Spark. PySpark's builder would mark the process as a Spark Connect one
+    (``SPARK_CONNECT_MODE_ENABLED``: no classic session can be made in it after that) and make
+    the session the thread's active one (which a SparkRunner given no Spark runs on): made
+    with the Connect client's own class, it does neither, so a process that also runs classic
+    Spark (tests, benchmarks comparing both) keeps doing so, and its active session stays
+    the one it had."""
+    from pyspark.sql.connect.session import SparkSession
+
+    return SparkSession(connection=url)
 
 
 def read_state(state_dir: "os.PathLike[str] | str" = DEFAULT_STATE_DIR) -> Optional[Dict[str, Any]]:

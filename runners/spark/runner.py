@@ -22,11 +22,22 @@ before it starts (:mod:`~runners.spark.dependencies.working_directory`).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 import os
 import signal
 import threading
 from typing import Any, Optional, Sequence, Tuple
+
+#: Why the runner cannot be imported in an environment without PySpark, and what to install.
+NO_PYSPARK = (
+    "the SparkRunner needs PySpark, which is not installed here. Install the project with "
+    "the full PySpark, for classic Spark and Spark Connect: pip install "
+    "'beam-spark-dataflow[spark]'; or with PySpark's thin Spark Connect client: pip install "
+    "'beam-spark-dataflow[connect]' (pyspark-client); a Databricks Connect environment has "
+    "its own pyspark already.")
+if importlib.util.find_spec("pyspark") is None:  # before the engine, which imports pyspark
+    raise ImportError(NO_PYSPARK, name="pyspark")
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineRunner

@@ -149,6 +149,45 @@ def test_the_runs_jobs_carry_its_tag_and_the_beam_steps_they_run(spark_connect):
     assert any("TaggedUse" in tag for tag in named), named
 
 
+def test_a_pipeline_that_names_no_spark_runs_on_the_active_connect_session(no_classic_spark,
+                                                                        monkeypatch):
+    """A notebook's ``spark`` on Spark Connect: a session made first (as a notebook, or a
+    Databricks Connect user, makes it), then a pipeline with no Spark option runs on it, not
+    on a SparkContext (classic Spark cannot be used here) nor on a session of its own."""
+    from pyspark.sql.connect.session import SparkSession
+
+    from runners.spark.backends.connect import ConnectBackend
+
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    # The builder marks the process as a Connect one; the test process goes on making
+    # classic sessions (this puts the mark back as it was).
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "restored")
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED")
+    own_sessions = dict(ConnectBackend._REMOTES)
+    spark = SparkSession.builder.remote(shared_connect_server().url).getOrCreate()
+    try:
+        assert SparkSession.getActiveSession() is spark
+        assert SparkRunner().backend(PipelineOptions()).session is spark
+        pipeline = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions())
+        _ = pipeline | "Active" >> beam.Create(["a b", "b"]) | beam.FlatMap(str.split) \
+            | beam.combiners.Count.PerElement() | beam.Map(print)
+        result = pipeline.run()
+        result.wait_until_finish()
+        run_tag = result._names.run_tag
+        ours = [job["jobTags"] for job in _server_jobs()
+                if any(tag.endswith(run_tag) for tag in job.get("jobTags", []))]
+        assert ours, "no job of the run on the server"
+        assert all(any(spark.session_id in tag for tag in tags) for tags in ours), ours
+        assert ConnectBackend._REMOTES == own_sessions  # no session of the runner's own
+        with beam.Pipeline(runner=SparkRunner()) as pipeline:
+            counts = (pipeline | beam.Create(["a b", "b"]) | beam.FlatMap(str.split)
+                      | beam.combiners.Count.PerElement())
+            assert_that(counts, equal_to([("a", 1), ("b", 2)]))
+    finally:
+        spark.stop()
+    assert SparkSession.getActiveSession() is None
+
+
 def test_a_large_side_input_and_a_large_dofn_reach_the_tasks(spark_connect):
     """Values over a MiB go to the workers as session artifacts, read once per worker."""
     big = [f"{index:06d}" + "x" * 1000 for index in range(2000)]  # ~2 MiB

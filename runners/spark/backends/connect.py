@@ -270,9 +270,12 @@ class ConnectBackend(Backend):
     def connect(cls, url: str, options: PipelineOptions) -> "ConnectBackend":
         """A session on the Spark Connect server at ``url``, one per URL and settings for the
         process's runs, with :data:`SESSION_DEFAULTS` and the ``--spark_conf`` entries
-        (runtime settings only; a server's static ones are its own). A new session, not PySpark's default
-        one: that one cannot be made in a process that has a classic session."""
-        from pyspark.sql import SparkSession
+        (runtime settings only: a server's static ones are its own, and one the server
+        refuses is logged). The runner's own session: PySpark's builder would make it the
+        thread's active one (which a later run with no Spark option would use) and mark the
+        process as a Connect one (in which no classic session can be made); made with the
+        Connect client's class, it is neither."""
+        from pyspark.sql.connect.session import SparkSession
 
         named = {**cls.SESSION_DEFAULTS, **spark_options.parse_spark_conf(
             options.view_as(spark_options.SparkRunnerOptions).spark_conf)}
@@ -280,10 +283,14 @@ class ConnectBackend(Backend):
         with cls._LOCK:
             session = cls._REMOTES.get(key)
             if session is None or session.is_stopped:
-                builder = SparkSession.builder.remote(url)
+                session = SparkSession(connection=url)
                 for name, value in named.items():
-                    builder = builder.config(name, value)
-                session = cls._REMOTES[key] = builder.create()
+                    try:
+                        session.conf.set(name, value)
+                    except Exception as refused:  # noqa: BLE001 (the server's own reason)
+                        _LOGGER.warning("--spark_conf %s=%s is not applied on %s: %s",
+                                        name, value, url, refused)
+                cls._REMOTES[key] = session
         return cls.of(session)
 
     @property
