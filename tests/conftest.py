@@ -15,10 +15,13 @@ on Spark is also marked ``spark``.
 The runner is a parameter, never a constant, so the same TestStream proof runs on Beam's
 DirectRunner and on our SparkRunner, on classic Spark and on Spark Connect
 (``SparkConnect``: a Connect server of the test process's own, ``connect_fixtures``), and
-must give the same panes on each. Select runners with
-``BEAM_TEST_RUNNERS=DirectRunner,SparkRunner`` (default: every runner registered in
-:data:`RUNNERS`). ``SparkConnect`` runs the tests of :data:`CONNECT_AREAS`; streaming ones
-(the rest) wait for Spark Connect's streaming engine.
+must give the same panes on each. The parameter is the testing kit's, the one users get
+(:mod:`beam_spark.pytest_plugin`: ``runner_name``, ``runner``, ``make_pipeline``), so the
+model tests prove the kit too; here its sessions are the suite's (``spark_fixtures``:
+quick JVMs, every test folder on the workers' path) and its Connect runs classic-proof
+(``connect_fixtures.spark_connect``). Select runners with
+``BEAM_TEST_RUNNERS=DirectRunner,SparkRunner`` (default: every runner; ``pytest.ini`` asks
+the kit for ``SparkConnect``). ``SparkConnect`` runs the tests of :data:`CONNECT_AREAS`.
 """
 
 from __future__ import annotations
@@ -26,22 +29,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import List, Optional
 
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing.test_pipeline import TestPipeline
 
-from connect_fixtures import (  # noqa: F401 (fixtures)
-    no_classic_spark,
-    spark_connect,
-    spark_connect_runner,
-)
-from spark_fixtures import (  # noqa: F401 (spark_session: a fixture)
-    TEST_FOLDERS,
-    spark_runner,
-    spark_session,
-)
+from beam_spark.testing import RUNNER_NAMES, SPARK_RUNNER_NAMES, SparkTestSettings
+from connect_fixtures import no_classic_spark, spark_connect  # noqa: F401 (fixtures)
+from spark_fixtures import TEST_FOLDERS, TEST_SETTINGS, spark_session  # noqa: F401
 from suite_scope import select
 
 # The embedded Kafka broker fixtures (KAFKA_BROKER=noida|tansu selects the broker), and the
@@ -53,18 +47,8 @@ pytest_plugins = ["kafka_fixtures", "cluster_fixtures"]
 # workers, whose PYTHONPATH lists them all (spark_fixtures.TEST_FOLDERS).
 sys.path.extend(folder for folder in TEST_FOLDERS if folder not in sys.path)
 
-
-def _direct_runner(request):
-    from apache_beam.runners.direct.direct_runner import DirectRunner
-
-    return DirectRunner()
-
-
-#: Runner name -> factory taking the pytest request (so a runner may use session fixtures).
-RUNNERS: Dict[str, Callable] = {"DirectRunner": _direct_runner, "SparkRunner": spark_runner,
-                                "SparkConnect": spark_connect_runner}
 #: The runners on Spark.
-SPARK_RUNNERS = ("SparkRunner", "SparkConnect")
+SPARK_RUNNERS = SPARK_RUNNER_NAMES
 #: Areas whose tests run on Spark Connect too (``BEAM_TEST_CONNECT_AREAS`` narrows them).
 CONNECT_AREAS = tuple(area.strip() for area in os.environ.get(
     "BEAM_TEST_CONNECT_AREAS",
@@ -72,17 +56,17 @@ CONNECT_AREAS = tuple(area.strip() for area in os.environ.get(
     if area.strip())
 
 
-def _selected_runners():
+def _selected_runners(names: List[str]) -> List[str]:
     wanted = os.environ.get("BEAM_TEST_RUNNERS")
     if not wanted:
-        return list(RUNNERS)
-    names = [name.strip() for name in wanted.split(",") if name.strip()]
-    unknown = [name for name in names if name not in RUNNERS]
+        return names
+    selected = [name.strip() for name in wanted.split(",") if name.strip()]
+    unknown = [name for name in selected if name not in RUNNER_NAMES]
     if unknown:
         raise pytest.UsageError(
-            f"BEAM_TEST_RUNNERS names unknown runner(s) {unknown}; known: {sorted(RUNNERS)}"
+            f"BEAM_TEST_RUNNERS names unknown runner(s) {unknown}; known: {list(RUNNER_NAMES)}"
         )
-    return names
+    return selected
 
 
 def _area(path: Path) -> Optional[str]:
@@ -90,49 +74,20 @@ def _area(path: Path) -> Optional[str]:
     return relative.parts[0] if len(relative.parts) > 1 else None
 
 
-def pytest_generate_tests(metafunc) -> None:
-    """A test using ``runner_name`` runs on every selected runner (Spark Connect in
-    :data:`CONNECT_AREAS` only), unless it names its runners itself."""
-    if "runner_name" not in metafunc.fixturenames:
-        return
-    for mark in metafunc.definition.iter_markers("parametrize"):
-        names = mark.args[0]
-        if "runner_name" in (names.split(",") if isinstance(names, str) else names):
-            return
-    names = _selected_runners()
+def pytest_beam_spark_runner_names(metafunc, names: List[str]) -> List[str]:
+    """The kit's hook: a test using ``runner_name`` runs on every runner ``BEAM_TEST_RUNNERS``
+    selects (default: the kit's, every runner here), on Spark Connect in
+    :data:`CONNECT_AREAS` only."""
+    names = _selected_runners(names)
     if _area(metafunc.definition.path) not in CONNECT_AREAS:
         names = [name for name in names if name != "SparkConnect"]
-    metafunc.parametrize("runner_name", names, indirect=True)
+    return names
 
 
-@pytest.fixture
-def runner_name(request) -> str:
-    """The name of the runner this test instance runs on."""
-    return request.param
-
-
-@pytest.fixture
-def runner(request, runner_name):
-    """A fresh runner instance of the parametrized kind."""
-    return RUNNERS[runner_name](request)
-
-
-@pytest.fixture
-def make_pipeline(runner):
-    """Factory for a TestPipeline on this test's runner.
-
-    ``make_pipeline(streaming=True)`` is what TestStream needs; extra keyword arguments
-    become pipeline options.
-    """
-
-    def make(streaming: bool = False, **options) -> TestPipeline:
-        return TestPipeline(
-            runner=runner,
-            options=PipelineOptions(streaming=streaming, **options),
-            blocking=True,
-        )
-
-    return make
+@pytest.fixture(scope="session")
+def beam_spark_settings() -> SparkTestSettings:
+    """The kit's sessions are the suite's (``spark_fixtures.TEST_SETTINGS``)."""
+    return TEST_SETTINGS
 
 
 #: The folders under tests/ that group tests by area; each is also the area's marker.

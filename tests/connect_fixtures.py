@@ -1,61 +1,45 @@
 """Fixtures for the SparkRunner on Spark Connect: a real Connect server, and no classic Spark.
 
-The server is the test process's own (:class:`services.connect_server.ConnectServer`, from
-pyspark's jars, ``local[2]`` on loopback), started on first use and stopped when the
-process exits. Its Python workers run this interpreter with the test folders on their path
-(DoFns defined in test modules are pickled by reference), and fork from the runner's
-worker daemon, as the classic test session's do.
+The server is the test process's own, the testing kit's (:func:`beam_spark.testing.
+shared_connect_server`: :class:`services.connect_server.ConnectServer`, from pyspark's jars,
+``local[2]`` on loopback), started on first use and stopped when the process exits. Its
+Python workers run this interpreter with the test folders on their path (DoFns defined in
+test modules are pickled by reference), and fork from the runner's worker daemon, as the
+classic test session's do (``spark_fixtures.TEST_SETTINGS``).
 
 A Connect test proves nothing if the runner quietly used a SparkContext: ``spark_connect``
 runs every test with each classic-only entry point of PySpark (SparkContext, RDD, broadcast,
 accumulator) made to raise, and the process's running SparkContext hidden, so a classic call
 on the Connect path fails the test.
 
-``spark_connect_runner`` is the runner factory :data:`conftest.RUNNERS` registers as
-``SparkConnect``: the model tests, batch and streaming, run on it beside the DirectRunner
-and the classic SparkRunner.
+``spark_connect`` takes the place of the kit's fixture of that name, so the kit's
+``SparkConnect`` runner (the model tests, batch and streaming) runs with classic Spark
+unusable too.
 """
 
 from __future__ import annotations
 
-import atexit
-import functools
-import os
-import shutil
-import tempfile
 from typing import Any, Dict
 
 import pytest
 
-from project import QUICK_JVM
-from spark_fixtures import TEST_FOLDERS
+from beam_spark import testing
+from spark_fixtures import TEST_SETTINGS
 
 #: Settings of the test run's Connect server (as the classic test session's).
-CONNECT_TEST_SETTINGS: Dict[str, str] = {
-    "spark.default.parallelism": "2",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.driver.extraJavaOptions": QUICK_JVM,
-}
-@functools.lru_cache(maxsize=None)
+CONNECT_TEST_SETTINGS: Dict[str, str] = TEST_SETTINGS.connect_server_settings()
+
+
 def shared_connect_server() -> Any:
     """The test process's Connect server (started once, stopped at exit)."""
-    from services.connect_server import ConnectServer
-
-    state_dir = tempfile.mkdtemp(prefix="beam-test-connect-")
-    server = ConnectServer(state_dir=state_dir, master="local[2]", conf=CONNECT_TEST_SETTINGS,
-                           python_path=os.pathsep.join(TEST_FOLDERS))
-    atexit.register(shutil.rmtree, state_dir, True)  # after the server stops (atexit: LIFO)
-    server.start()
-    atexit.register(server.stop)
-    return server
+    return testing.shared_connect_server(TEST_SETTINGS)
 
 
-@functools.lru_cache(maxsize=None)
 def shared_connect_session() -> Any:
-    """The test process's session on its Connect server (the process goes on making classic
-    sessions too: :meth:`~services.connect_server.ConnectServer.session`)."""
-    return shared_connect_server().session()
+    """The test process's session on its Connect server (not the process's active session,
+    and the process goes on making classic sessions too:
+    :func:`services.connect_server.client_session`)."""
+    return testing.shared_connect_session(TEST_SETTINGS)
 
 
 class _ClassicCalled(AssertionError):
@@ -93,10 +77,3 @@ def refuse_classic_spark(monkeypatch: pytest.MonkeyPatch) -> None:
 def spark_connect(no_classic_spark) -> Any:
     """The Connect session, for a test in which classic Spark cannot be used."""
     return shared_connect_session()
-
-
-def spark_connect_runner(request) -> Any:
-    """A SparkRunner on the Connect session (a ``RUNNERS`` factory for tests/conftest.py)."""
-    from runners.spark import SparkRunner
-
-    return SparkRunner(request.getfixturevalue("spark_connect"))

@@ -1,7 +1,7 @@
 """The SparkRunner on Spark Connect: what is Connect's own.
 
 The model tests, and the runner's batch tests, run on Spark Connect as they run on classic
-Spark (``conftest.RUNNERS``: ``SparkConnect``); these tests check what only Connect has:
+Spark (the testing kit's ``SparkConnect`` runner); these tests check what only Connect has:
 how a user chooses it, that nothing classic is used, the refusals at start, job tags,
 artifacts, and the job server on a Connect session. Every test that runs a pipeline does so
 with classic Spark made unusable (``connect_fixtures.spark_connect``).
