@@ -1,6 +1,8 @@
 """A Spark Connect session, checked once before the runner uses it.
 
-What the runner needs of the server and of its Python workers, asked with one small query:
+What the runner needs of the driver's Spark Connect client: ``DataFrame.repartitionById``
+(PySpark 4.1's; Databricks Connect up to 16.x is built on Spark 3.5 and lacks it). What it
+needs of the server and of its Python workers, asked with one small query:
 
 * Spark 4.1 or newer (``DataFrame.repartitionById``, which sends a row to the partition a
   column names: the runner's shuffles);
@@ -23,6 +25,8 @@ and what to do. The facts the runner uses later come back as :class:`SessionFact
 ((4, 3), True)
 >>> splits_of("*(1) Range (0, 1, step=1, splits=8)")
 8
+>>> print(client_problem(object()))  # doctest: +ELLIPSIS
+This driver's Spark Connect client (object, from builtins) lacks DataFrame.repartitionById ...
 """
 
 from __future__ import annotations
@@ -79,9 +83,25 @@ def _minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
+def client_problem(frame: Any) -> str:
+    """Why the Spark Connect client that made the DataFrame ``frame`` cannot run the runner
+    ('' when it can)."""
+    if hasattr(frame, "repartitionById"):
+        return ""
+    kind = type(frame)
+    return (f"This driver's Spark Connect client ({kind.__name__}, from {kind.__module__}) "
+            "lacks DataFrame.repartitionById (PySpark 4.1 and newer), which the runner "
+            "shuffles with. Databricks Connect up to 16.x is built on Spark 3.5: not supported "
+            "until a Databricks Connect built on Spark 4.1 or newer. Elsewhere use PySpark's "
+            "own client, 4.1 or newer: pip install 'beam-spark-dataflow[connect]'")
+
+
 def check_session(session: Any, where: str) -> SessionFacts:
     """Check ``session`` (see the module docstring); returns its facts or raises
     :class:`ConnectSessionError`."""
+    problem = client_problem(session.range(0, 1))  # a plan only: nothing is sent
+    if problem:
+        raise ConnectSessionError(problem)
     facts = SessionFacts(server=session.version)
     if server_version(facts.server) < MINIMUM_SERVER:
         raise ConnectSessionError(
