@@ -7,6 +7,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Wheels of the project's dependencies with PySpark's thin client (pyspark-client) in place of
+# the full PySpark, for the test that installs the project into a new virtualenv beside it
+# with no download (tests/launcher/test_thin_client.py).
+WHEELHOUSE := $(VENV)/wheelhouse
+WHEELHOUSE_STAMP := $(WHEELHOUSE)/.filled
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k sessions -x"`.
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist, idle processes take work from busy ones). The suite mostly waits
@@ -33,12 +38,13 @@ KAFKA_DIR ?= .kafka-broker
 CONNECT_DIR ?= .spark-connect
 CONNECT_MASTER ?= local[2]
 
-.PHONY: install check-java check-python test test-python test-all test-extended test-kafka test-connect test-faults test-beam-suite run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
+.PHONY: install wheelhouse test-library check-java check-python test test-python test-all test-extended test-kafka test-connect test-faults test-beam-suite run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
         spark-cluster-status connect-server connect-server-stop connect-server-status kafka kafka-stop kafka-status job-server graphviz clean
 
-install: check-java check-python $(STAMP)
+install: check-java check-python $(STAMP) $(WHEELHOUSE_STAMP)
 
 # Re-installs only when the declared dependencies change, so `make test` is quick when set up.
+# The test extra brings the full PySpark (the spark extra).
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[test,demo]'
@@ -64,6 +70,13 @@ ifneq ($(filter command line environment environment override,$(origin PYTHON)),
 	  fi; \
 	fi
 endif
+
+wheelhouse: $(WHEELHOUSE_STAMP)
+
+$(WHEELHOUSE_STAMP): setup.py | $(STAMP)
+	$(PY) -m pip wheel --quiet --wheel-dir $(WHEELHOUSE) '.[connect]'
+	rm -f $(WHEELHOUSE)/beam_spark_dataflow-*.whl
+	@touch $@
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -93,6 +106,13 @@ test-python:
 	    "make test-python PYTHON=python3.10"; \
 	  exit 1; }; \
 	$(MAKE) --no-print-directory test PYTHON='$(PYTHON)' VENV=.venv-$$version
+
+# The library path, as a user takes it: the project's wheel installed (not editable) with its
+# spark extra into a new virtualenv, then, from a folder outside the repository, an example
+# pipeline through the launcher on Spark and a TestStream test through the testing kit
+# (.ci/library_path.sh; CI runs it after make test).
+test-library: install
+	bash .ci/library_path.sh
 
 # Every test (make test and what it leaves out); each Kafka test once per embedded broker.
 test-all: install

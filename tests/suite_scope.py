@@ -143,6 +143,20 @@ EXTENDED: Dict[str, str] = {
         "(a driver of its own: 7 s, 22 s on a loaded machine): the core suite fails one on "
         "the DirectRunner through it (the launcher's part), and the runner's failures carry "
         "the user's error (tests/runner)",
+    "launcher/test_testing_kit.py::test_a_users_teststream_test_runs_on_the_direct_runner_and":
+        "a user's TestStream test file, right and wrong, through the kit in a pytest of its "
+        "own (16 s, 25 s loaded): CI's library path runs the same file through the kit "
+        "after make test, and every model test runs on the kit's fixtures in make test",
+    "launcher/test_testing_kit.py::test_a_users_teststream_test_runs_on_spark_connect_when":
+        "a user's TestStream test through the kit on a Connect server of its own (32 s, the "
+        "server's start most of it): the core suite runs the kit's SparkConnect runner on its "
+        "shared server (every model test) and the user's file on the DirectRunner and "
+        "classic Spark",
+    "launcher/test_thin_client.py::": "the project's wheel installed into a new virtualenv "
+        "beside PySpark's thin client, then pipelines on the suite's Connect server "
+        "(38 s with the server's start; pip installs ~40 wheels): the core suite runs a "
+        "pipeline through the launcher with --spark_remote and the active-session case in "
+        "process",
 }
 
 #: Node-id prefixes of tests whose Spark Connect runs are outside the core suite, and why.
