@@ -54,7 +54,8 @@ class KitHooks:
     """The hooks the kit adds to pytest (implement them in a ``conftest.py``)."""
 
     @pytest.hookspec(firstresult=True)
-    def pytest_beam_spark_runner_names(metafunc: Any, names: List[str]) -> Optional[List[str]]:
+    def pytest_beam_spark_runner_names(self, metafunc: Any,
+                                       names: List[str]) -> Optional[List[str]]:
         """The runners the test ``metafunc`` describes runs on, given the run's choice
         ``names``; None keeps ``names``."""
 
