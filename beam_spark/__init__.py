@@ -19,5 +19,7 @@ The commands (:data:`~beam_spark.commands.COMMANDS`; each has ``--help``):
 * ``connect-server``, ``cluster``, ``kafka``: local services (a Spark Connect server, a
   standalone cluster, an embedded Kafka-protocol broker), started and stopped by PID.
 
-``python -m beam_spark`` is the same command.
+``python -m beam_spark`` is the same command. The testing kit, :mod:`~beam_spark.testing`
+(with a pytest plugin, :mod:`~beam_spark.pytest_plugin`), runs a TestStream test of yours on
+the DirectRunner and on our SparkRunner, classic and Spark Connect.
 """
