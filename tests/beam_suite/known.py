@@ -5,8 +5,10 @@ runners it fails on, and the cause; :mod:`run` prints it beside the failure. A c
 of: a known problem being fixed elsewhere (``known: ...``), or a test that assumes Beam's
 in-process runner (``one process: ...``, ``one bundle: ...``), where the runner is right
 and the test could not pass on any distributed runner. An entry of a known problem goes
-when the problem is fixed (an entry matches a whole class where the problem can strike any
-of its tests: (a) is intermittent).
+when the problem is fixed (an entry may match a whole class where the problem can strike
+any of its tests). The problems of issue 44 are fixed: no job sees another's result, Beam's
+CSV and JSON IO keep their elements' types, and relative paths mean the driver's working
+directory.
 
 >>> explain("apache_beam/nothing_test.py::T::test_x", "classic") is None
 True
@@ -21,21 +23,10 @@ TEXTIO = "apache_beam/io/textio_test.py::"
 INFERENCE = "apache_beam/ml/inference/base_test.py::RunInferenceBaseTest::"
 #: Test id prefix -> (runners, cause).
 KNOWN: Dict[str, Tuple[Tuple[str, ...], str]] = {
-    # Being fixed elsewhere.
-    TEXTIO + "CsvTest::test_csv_read_write": (BOTH, "known: (b) Beam's CSV/JSON IO (a "
-        "ReadableFile arriving as a dict in ReadFromCsv's splittable read)"),
-    TEXTIO + "CsvTest::test_non_utf8_csv_read_write": (BOTH, "known: (b) Beam's CSV/JSON IO"),
-    TEXTIO + "JsonTest::": (BOTH, "known: (b) Beam's CSV/JSON IO"),
-    TEXTIO + "TextSourceTest::test_read_from_text_file_pattern_with_dot_slash": (
-        BOTH, "known: (b) relative file patterns after os.chdir (the read finds nothing)"),
-    "apache_beam/transforms/stats_test.py::ApproximateQuantilesTest::": (BOTH, "known: (a) "
-        "one job's result in another's (the quantiles of an earlier test in a later test's "
-        "output; on classic Spark too, within 20 pipelines with --spark_parallelism=1)"),
     # One bundle: the test counts on Beam's in-process runner reading Create's few
     # elements as one bundle; ours splits them over local[2]'s two partitions.
     TEXTIO + "CsvTest::test_csv_read_with_filename": (BOTH, "one bundle: asserts WriteToCsv "
-        "wrote one file, without num_shards (the runner's choice: one shard per bundle); "
-        "with one bundle (--spark_parallelism=1) its read fails as (b)"),
+        "wrote one file, without num_shards (the runner's choice: one shard per bundle)"),
     INFERENCE + "test_run_inference_loads_different_models": (BOTH, "one bundle: an "
         "incrementing model numbers the elements of its bundle; [1, 2, 3] needs the three "
         "in one bundle (ours: [1, 2] and [1])"),
