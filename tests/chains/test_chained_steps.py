@@ -858,6 +858,15 @@ def test_window_into_gives_each_input_window_its_element_without_pane():
     assert on.elements == off.elements == expected
 
 
+#: A windowed value whose window's duration is a varint of more than ten bytes: a timestamp
+#: (8 bytes), one window (a count of 4 bytes; its end, 8 bytes; then the varint), all within
+#: the input, so decoding fails the same way wherever it runs. (A lone stray byte does not:
+#: Beam's compiled input stream reads past its end without a word, and decoded one as an
+#: element whose value was None when this test ran alone.)
+CORRUPT_WINDOWED_VALUE = (b"\x80" + b"\x00" * 7 + b"\x00\x00\x00\x01" + b"\x80" + b"\x00" * 7
+                          + b"\xff" * 10 + b"\x01")
+
+
 def test_the_decode_loop_reads_as_beams_data_input(monkeypatch):
     """decode_loop.py against Beam's own DataInputOperation: same elements, counts and
     read index; a corrupt input raises the same error."""
@@ -882,7 +891,7 @@ def test_the_decode_loop_reads_as_beams_data_input(monkeypatch):
         kinds = {type(op).__name__ for op in processor.processor.ops.values()}
         assert ("DecodeLoop" in kinds) == swap
         with pytest.raises(ValueError) as caught:
-            processor.run_bundle({input_id: [data + b"\x07"]}, {})
+            processor.run_bundle({input_id: [data + CORRUPT_WINDOWED_VALUE]}, {})
         errors.append((type(caught.value), str(caught.value)))
     assert errors[0] == errors[1] and "Error decoding input stream" in errors[0][1]
 
