@@ -5,7 +5,7 @@ traceback; the user would see Py4J noise instead of their own error. A task ther
 wraps any exception in :class:`TaskFailure`, whose message embeds the original exception
 (pickled, base64); on the driver :func:`original_error` finds it in Spark's error text and
 rebuilds it: same type, same message (Beam already appends ``[while running '<transform>']``),
-with the worker's traceback attached as a note.
+with the worker's traceback attached as a note (on Python 3.10, as its cause).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import base64
 import contextlib
 import pickle
 import re
+import sys
 import traceback
 from typing import Callable, Iterator, Optional
 
@@ -74,6 +75,11 @@ class StageError(RuntimeError):
     """A task failed with an exception that could not be rebuilt on the driver."""
 
 
+class WorkerTraceback(Exception):
+    """Where a user's exception was raised in a Spark task: the worker's traceback, shown as
+    the exception's cause on Python 3.10, which has no exception notes."""
+
+
 def original_error(spark_error: BaseException) -> Optional[BaseException]:
     """The user's exception inside a Spark job failure, or None if there is none."""
     match = _PATTERN.search(str(spark_error))
@@ -90,6 +96,20 @@ def original_error(spark_error: BaseException) -> Optional[BaseException]:
         error = StageError(f"{payload['type']}: {payload['message']}")
     note = (f"Raised in a Spark task running stage {payload['stage']}. "
             f"Worker traceback:\n{payload['traceback']}")
-    if hasattr(error, "add_note"):
+    return with_worker_traceback(error, note)
+
+
+def with_worker_traceback(error: BaseException, note: str,
+                          notes: bool = sys.version_info >= (3, 11)) -> BaseException:
+    """``error`` with ``note`` (where the worker raised it) attached: as a note where Python
+    has exception notes (3.11+), else as its cause, which a traceback prints above it.
+
+    >>> error = with_worker_traceback(ValueError("bad"), "in a task", notes=False)
+    >>> type(error.__cause__).__name__, str(error.__cause__)
+    ('WorkerTraceback', 'in a task')
+    """
+    if notes:
         error.add_note(note)
+    elif error.__cause__ is None:
+        error.__cause__ = WorkerTraceback(note)
     return error
