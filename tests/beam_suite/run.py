@@ -181,9 +181,12 @@ def main(argv: Sequence[str]) -> int:
     if unknown:
         parser.error(f"--runners: unknown {unknown}; known: {', '.join(RUNNERS)}")
     OUT.mkdir(parents=True, exist_ok=True)
+    empty = []
     if not arguments.summary_only:
         for runner in runners:
-            run_runner(runner, arguments.files, pytest_args, arguments.default_runner)
+            report = run_runner(runner, arguments.files, pytest_args, arguments.default_runner)
+            if not read_report(report):
+                empty.append(runner)
     # Every report there is: the baseline of an earlier run too.
     names = [report_name(runner, default) for default in (False, True) for runner in RUNNERS]
     reports = {name: read_report(OUT / f"{name}.jsonl") for name in dict.fromkeys(names)}
@@ -191,6 +194,10 @@ def main(argv: Sequence[str]) -> int:
     text = summary(reports)
     (OUT / "summary.md").write_text(text + "\n", encoding="utf-8")
     print(text)
+    if empty:  # a sweep that ran nothing must not read as one that found nothing
+        print(f"No test ran on {', '.join(empty)}: pytest collected none of the files "
+              "(see its output above).", file=sys.stderr)
+        return 2
     return 1 if "Unexplained differences: 0" not in text else 0
 
 

@@ -92,3 +92,27 @@ def test_a_users_teststream_test_runs_on_spark_connect_when_asked(user_tests):
     assert completed.returncode == 0, log
     assert dict(re.findall(r"::(\S+) (PASSED|FAILED)", completed.stdout)) == _expected(
         "PASSED", ["DirectRunner", "SparkRunner", "SparkConnect"]), log
+
+
+def test_test_classes_a_module_defines_are_collected_those_it_imports_from_beam_are_not(
+        tmp_path):
+    # Beam's own test files define their unittest.TestCase classes in apache_beam modules;
+    # the kit, which skips Beam's Test* classes a user's module imports (TestStream,
+    # TestPipeline), once skipped those too: a run of them collected nothing.
+    import apache_beam
+
+    beam_tests = Path(apache_beam.__file__).parent / "transforms" / "deduplicate_test.py"
+    settings = tmp_path / "pytest.ini"  # the user's own (not the project's, above the venv)
+    settings.write_text("[pytest]\n")
+    completed = _pytest(tmp_path, "-c", str(settings), "--collect-only", "-q", str(beam_tests),
+                        timeout=120)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "<UnitTestCase DeduplicateTest>" in completed.stdout, completed.stdout
+    user_module = tmp_path / "test_imports_beam.py"
+    user_module.write_text("from apache_beam.testing.test_stream import TestStream\n"
+                           "from apache_beam.testing.test_pipeline import TestPipeline\n\n\n"
+                           "def test_nothing():\n    assert TestStream and TestPipeline\n")
+    completed = _pytest(tmp_path, "--collect-only", "-q", str(user_module), timeout=120)
+    assert re.findall(r"<(\w+) (\w+)>", completed.stdout)[-1:] == [("Function", "test_nothing")]
+    assert "collected 1 item" in completed.stdout, completed.stdout
+    assert "PytestCollectionWarning" not in completed.stdout + completed.stderr
