@@ -3,8 +3,8 @@
 Each entry names a test (a prefix of its id, ``apache_beam/<file>::<class>::<test>``), the
 runners it fails on, and the cause; :mod:`run` prints it beside the failure. A cause is one
 of: a known problem being fixed elsewhere (``known: ...``), or a test that assumes Beam's
-in-process runner (``one process: ...``, ``one bundle: ...``), where the runner is right
-and the test could not pass on any distributed runner. An entry of a known problem goes
+in-process runner (``one process: ...``, ``one bundle: ...``, ``one stage: ...``), where the
+runner is right and the test could not pass on any distributed runner. An entry of a known problem goes
 when the problem is fixed (an entry may match a whole class where the problem can strike
 any of its tests). The problems of issue 44 are fixed: no job sees another's result, Beam's
 CSV and JSON IO keep their elements' types, and relative paths mean the driver's working
@@ -44,6 +44,15 @@ KNOWN: Dict[str, Tuple[Tuple[str, ...], str]] = {
         "the timed-out model is deleted 10 s (twice the timeout) later, when the same worker "
         "processes a later element: the test gives it the 15 one-second elements after the "
         "slow one, split over two bundles they end sooner and the file is never written"),
+    # One stage: the test needs a keyed step to run inside its producer's stage, between two
+    # of a splittable DoFn's residuals, as Beam's in-process runner fuses it (no shuffle by
+    # key in one process). A distributed runner shuffles by key before a stateful step, and
+    # in batch a stage runs to its end before the next; with --streaming (micro-batches)
+    # both tests pass on ours, classic and Connect.
+    TEXTIO + "TextSourceTest::test_read_all_continuously_": (BOTH, "one stage: the stateful "
+        "DoFn that writes new files runs after a shuffle by key; in batch the continuous "
+        "match (2 s of ticks) ends before it runs, so no tick sees the new files. Passes with "
+        "--streaming, where each micro-batch runs every stage"),
     # One process: the test reads in the test process what the pipeline did in workers.
     INFERENCE + "test_env_vars_set_correctly": (BOTH, "one process: asserts the model "
         "handler's env_vars set os.environ of the test process; they are set in the Python "
