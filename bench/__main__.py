@@ -94,8 +94,9 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--only", type=_choices(ENGINES), default=list(ENGINES),
                         help="engines, comma-separated: pyspark,dataframe,spark,connect,direct "
                              "(all)")
-    parser.add_argument("--workloads", type=_choices(WORKLOADS), default=list(WORKLOADS))
-    parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--workloads", type=_choices(WORKLOADS), default=list(WORKLOADS),
+                        help=f"workloads, comma-separated: {','.join(WORKLOADS)} (all)")
+    parser.add_argument("--seed", type=int, default=2024, help="event generator seed (2024)")
     parser.add_argument("--shards", type=int, default=8, help="generator shards (8)")
     parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
     parser.add_argument("--parallelism", type=int, default=2, help="Spark partitions (2)")
@@ -109,7 +110,8 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--repeat", type=_positive, default=1,
                         help="measured runs per engine and workload; the median run is "
                              "reported, every run's seconds kept (1)")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
+                        help="where each run appends its records (bench/results)")
     return parser.parse_args(argv)
 
 

@@ -156,11 +156,13 @@ def _session(master: str, parallelism: int) -> Any:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--workload", choices=WORKLOADS, default="pass_through")
-    parser.add_argument("--engine", choices=("spark", "pyspark"), default="spark")
-    parser.add_argument("--events", type=int, default=200_000)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--workload", choices=WORKLOADS, default="pass_through",
+                        help="the workload profiled (pass_through)")
+    parser.add_argument("--engine", choices=("spark", "pyspark"), default="spark",
+                        help="our SparkRunner, or the hand-written RDD program (spark)")
+    parser.add_argument("--events", type=int, default=200_000, help="events (200,000)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--parallelism", type=int, default=2, help="Spark partitions (2)")
     parser.add_argument("--top", type=int, default=15, help="functions listed (15)")
     arguments = parser.parse_args(argv)
     session = _session(arguments.master, arguments.parallelism)

@@ -207,8 +207,10 @@ def screenshot(chromium: str, url: str, out: Path, window=WINDOW) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out_dir", default=str(REPO / "docs"))
-    parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
+    parser.add_argument("--out_dir", default=str(REPO / "docs"),
+                        help="where the two PNGs are written (the checkout's docs/)")
+    parser.add_argument("--chromium", default="chromium",
+                        help="the Chromium to run: a command on the PATH or a path")
     parser.add_argument("--batch", type=int, default=HELD_BATCH,
                         help="the micro-batch to show (0-based)")
     args = parser.parse_args(argv)

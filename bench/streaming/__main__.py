@@ -591,21 +591,29 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
                         help=f"comma-separated subset of {', '.join(MEASUREMENTS)}")
     parser.add_argument("--events-per-batch", type=int, default=10_000,
                         help="latency: events a batch (10,000)")
-    parser.add_argument("--latency-batches", type=int, default=12)
-    parser.add_argument("--throughput-events-per-batch", type=int, default=100_000)
-    parser.add_argument("--throughput-batches", type=int, default=6)
-    parser.add_argument("--scaling-events-per-batch", type=int, default=10_000)
-    parser.add_argument("--scaling-batches", type=int, default=100)
+    parser.add_argument("--latency-batches", type=int, default=12,
+                        help="latency: measured batches (12)")
+    parser.add_argument("--throughput-events-per-batch", type=int, default=100_000,
+                        help="throughput: events a batch (100,000)")
+    parser.add_argument("--throughput-batches", type=int, default=6,
+                        help="throughput: measured batches (6)")
+    parser.add_argument("--scaling-events-per-batch", type=int, default=10_000,
+                        help="state scaling: events a batch, each a new key (10,000)")
+    parser.add_argument("--scaling-batches", type=int, default=100,
+                        help="state scaling: batches (100: 1M keys at 10,000 a batch)")
     parser.add_argument("--scaling-checkpoint-interval", type=int, default=10,
                         help="state scaling: batches between checkpoints (10)")
     parser.add_argument("--shards", type=int, default=4, help="source restrictions (4)")
     parser.add_argument("--rescale-keys", type=int, default=1_000_000,
                         help="rescale: keys held when the job is re-split (1,000,000)")
-    parser.add_argument("--rescale-events-per-batch", type=int, default=100_000)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--rescale-events-per-batch", type=int, default=100_000,
+                        help="rescale: events a batch while the keys are made (100,000)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--parallelism", type=int, default=2,
+                        help="key partitions and Spark partitions (2)")
+    parser.add_argument("--seed", type=int, default=2024, help="event generator seed (2024)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
+                        help="where each run appends its records (bench/results)")
     parser.add_argument("--cluster-workers", type=int, default=2,
                         help="cluster: 1-core workers of the standalone cluster (2)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",

@@ -117,10 +117,13 @@ def print_record(record: Dict[str, Any]) -> None:
 def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.streaming.rescale",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--rescale-keys", type=int, default=1_000_000)
-    parser.add_argument("--events-per-batch", type=int, default=100_000)
-    parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--cluster-workers", type=int, default=2)
+    parser.add_argument("--rescale-keys", type=int, default=1_000_000,
+                        help="keys held when the job is re-split (1,000,000)")
+    parser.add_argument("--events-per-batch", type=int, default=100_000,
+                        help="events a batch while the keys are made (100,000)")
+    parser.add_argument("--shards", type=int, default=4, help="source restrictions (4)")
+    parser.add_argument("--cluster-workers", type=int, default=2,
+                        help="1-core workers of the standalone cluster (2)")
     parser.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--master", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--shared-dir", default=None, help=argparse.SUPPRESS)

@@ -168,12 +168,14 @@ def print_record(record: Dict[str, Any]) -> None:
 def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.teststream",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each pipeline on each runner; the median is reported (3)")
     parser.add_argument("--transcripts", default=",".join(TRANSCRIPTS),
                         help="Beam transcript tests to run (comma-separated names)")
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--parallelism", type=int, default=2, help="Spark partitions (2)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
+                        help="where each run appends its records (bench/results)")
     arguments = parser.parse_args(argv)
     arguments.transcripts = [name for name in arguments.transcripts.split(",") if name]
     if arguments.repeats < 1:

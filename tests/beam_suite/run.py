@@ -171,10 +171,15 @@ def main(argv: Sequence[str]) -> int:
         pytest_args = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runners", default=",".join(RUNNERS))
-    parser.add_argument("--files", nargs="+", default=list(FILES))
-    parser.add_argument("--summary-only", action="store_true")
-    parser.add_argument("--default-runner", action="store_true")
+    parser.add_argument("--runners", default=",".join(RUNNERS),
+                        help="the runners, comma-separated (default: all three)")
+    parser.add_argument("--files", nargs="+", default=list(FILES),
+                        help="Beam test files, relative to apache_beam/")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="no run: the table from the reports already written")
+    parser.add_argument("--default-runner", action="store_true",
+                        help="beam.Pipeline() runs on our runner too (the DataFrame API's "
+                             "tests build their pipelines so): reports <runner>-default-runner")
     arguments = parser.parse_args(argv)
     runners = [runner.strip() for runner in arguments.runners.split(",") if runner.strip()]
     unknown = sorted(set(runners) - set(RUNNERS))
