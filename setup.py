@@ -26,6 +26,7 @@ setup(
         "Apache Beam pipelines expressing the Dataflow model (what / where / when / how), "
         "run on Apache Spark through PySpark, with Kafka as the log and TestStream as the proof."
     ),
+    license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["beam_spark*", "pipelines*", "transforms*", "triggers*",
                                     "runners*", "services*", "pictures*"]),

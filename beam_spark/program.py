@@ -35,7 +35,7 @@ other runner (DirectRunner, PortableRunner, DataflowRunner, ...) is Beam's.
 
 The runner's options: --spark_master_url URL (classic Spark: local[N], spark://, yarn,
 k8s://), --spark_remote sc://HOST:PORT (Spark Connect), --spark_conf KEY=VALUE, --streaming,
---checkpoint_dir DIR, ... (see README).
+--checkpoint_dir DIR, ... (the project's docs/reference.md lists them all).
 
 Example:
   {prog} my_pipeline.py --runner SparkRunner --spark_master_url local[2] --output out/counts

@@ -1,16 +1,17 @@
 """A figure of the benchmark results ``make bench`` wrote (``bench/results/*.jsonl``).
 
 Each results file is one run of :mod:`bench`: per workload, one record per engine (our
-SparkRunner, hand-written PySpark, Beam's DirectRunner, a plain Python loop) with its
-throughput (``events_per_second``), the event count, whether its answer agreed with the
-reference, and the machine's load average. The figure draws, per workload, one bar per engine
-at the median throughput over the runs of the chosen size, and every run as a dot, so that
-the spread between runs (the machine is shared) is visible. Only records with status ``ok``
+SparkRunner on classic Spark and on Spark Connect, hand-written PySpark with RDDs and with a
+DataFrame, Beam's DirectRunner, and the plain Python loop that computes the reference
+answer) with its throughput (``events_per_second``), the event count, whether its answer
+agreed with the reference, and the machine's load average. The figure draws, per workload,
+one bar per engine at the median throughput over the runs of the chosen size, and every run
+as a dot, so that the spread between runs (the machine is shared) is visible. Only records with status ``ok``
 and an agreeing answer are drawn; the figure's title says how many runs it summarizes.
 
 Command line::
 
-    python -m pictures.bench_figure bench/results/*.jsonl --output docs/benchmarks.png
+    python -m pictures.bench_figure bench/results/*.jsonl --output out/benchmarks.png
 
 Example (the data behind the figure):
 
@@ -33,11 +34,14 @@ from typing import Dict, Iterable, List, Optional, Sequence
 #: Engines in drawing order, with their labels (as bench/report.py names them).
 ENGINES = {
     "spark": "Beam on our SparkRunner",
+    "connect": "Beam on our SparkRunner, Spark Connect",
     "direct": "Beam on DirectRunner",
-    "pyspark": "hand-written PySpark",
-    "python": "plain Python loop",
+    "pyspark": "hand-written PySpark (RDDs)",
+    "dataframe": "hand-written PySpark (DataFrame)",
+    "python": "plain Python loop (the reference answer)",
 }
-_COLOURS = {"spark": "#0072b2", "direct": "#e69f00", "pyspark": "#009e73", "python": "#999999"}
+_COLOURS = {"spark": "#0072b2", "connect": "#56b4e9", "direct": "#e69f00", "pyspark": "#009e73",
+            "dataframe": "#cc79a7", "python": "#999999"}
 
 
 def read_results(paths: Iterable[str]) -> List[dict]:

@@ -21,7 +21,7 @@ import pytest
 
 from project import PYTHON, REPO
 
-#: The README's example of a TestStream test of one's own.
+#: The example of a TestStream test of one's own (docs/testing.md shows it).
 EXAMPLE = REPO / "examples" / "test_late_panes.py"
 TEST_NAME = "test_a_late_score_updates_its_window"
 

@@ -2,7 +2,7 @@
 
 A snapshot (a compact copy of the whole store, which starts a new chain of state files:
 :mod:`~runners.spark.state.changelog`) costs time in proportion to the partition's
-state; written by the batch's task it stalled that batch (README's scaling plot: 2.2 s at
+state; written by the batch's task it stalled that batch (docs/contributing/benchmarks.md: 2.2 s at
 780k keys against ~0.5 s for its neighbours). So the task that is due one commits and writes
 its delta as every task does, then starts a thread in its Python worker that copies the
 store *at that committed version* (an LMDB read transaction begun before the task returns
