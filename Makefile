@@ -1,4 +1,6 @@
 # Two commands for a newcomer: `make run` and `make test`. Both set everything up first.
+# Every target and variable is listed in docs/reference.md (make docs-reference).
+
 # PYTHON is the interpreter the virtualenv is built from (3.10 to 3.13). Named on the command
 # line or in the environment, it must be the one that built an existing $(VENV): make stops and
 # names both rather than run the suite on another Python. `make test-python PYTHON=python3.10`
@@ -28,19 +30,25 @@ BENCH_ARGS ?=
 # Where `make spark-cluster` keeps the standalone cluster's URL and PIDs, and its workers:
 # `make spark-cluster WORKERS=2` starts two, each with its own work and local directories.
 CLUSTER_DIR ?= .spark-cluster
+# Workers of `make spark-cluster`.
 WORKERS ?= 1
+# Cores of each worker of `make spark-cluster`.
 WORKER_CORES ?= 2
 # The embedded Kafka-protocol broker for `make kafka` (noida or tansu). The tests run every
 # Kafka test on both, in one session; KAFKA_BROKER=noida make test keeps one.
 KAFKA_BROKER ?= noida
+# Where `make kafka` keeps the broker's address, PID, log and data.
 KAFKA_DIR ?= .kafka-broker
 # Where `make connect-server` keeps its Spark Connect server's URL, PID and log, and its master.
 CONNECT_DIR ?= .spark-connect
+# The master of `make connect-server`'s server (a cluster's spark:// URL serves that cluster).
 CONNECT_MASTER ?= local[2]
 
-.PHONY: install wheelhouse test-library check-java check-python test test-python test-all test-extended test-kafka test-connect test-faults test-beam-suite run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
+.PHONY: install wheelhouse test-library check-java check-python test test-python test-all test-extended test-kafka test-connect test-faults test-beam-suite test-docs docs-reference run bench bench-full bench-large bench-streaming bench-teststream bench-kafka spark-cluster spark-cluster-stop \
         spark-cluster-status connect-server connect-server-stop connect-server-status kafka kafka-stop kafka-status job-server graphviz clean
 
+# Sets up .venv: the project (editable) with its test and demo extras, and .venv/wheelhouse;
+# again only when setup.py changes. Every target that runs something depends on it.
 install: check-java check-python $(STAMP) $(WHEELHOUSE_STAMP)
 
 # Re-installs only when the declared dependencies change, so `make test` is quick when set up.
@@ -71,6 +79,7 @@ ifneq ($(filter command line environment environment override,$(origin PYTHON)),
 	fi
 endif
 
+# Wheels of the project's dependencies beside PySpark's thin client, in .venv/wheelhouse.
 wheelhouse: $(WHEELHOUSE_STAMP)
 
 $(WHEELHOUSE_STAMP): setup.py | $(STAMP)
@@ -78,6 +87,7 @@ $(WHEELHOUSE_STAMP): setup.py | $(STAMP)
 	rm -f $(WHEELHOUSE)/beam_spark_dataflow-*.whl
 	@touch $@
 
+# Stops with how to install Java when Spark's Java 17+ is missing.
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
 	  echo "Java 17 or newer is required by Spark and was not found."; \
@@ -135,24 +145,38 @@ test-connect: install
 test-faults: install
 	BEAM_TEST_SCOPE=all $(PYTEST) -m faults $(PYTEST_ARGS)
 
+# Arguments of tests/beam_suite/run.py, e.g. "--runners classic -- -k Quantiles".
+BEAM_SUITE_ARGS ?=
 # Beam's own tests of text and file IO, the DataFrame API, RunInference, Deduplicate,
 # PeriodicImpulse and approximate statistics, on the DirectRunner, our runner on classic Spark
 # and through Spark Connect, one runner at a time (long: not in make test). Prints the counts
 # per file and runner and each test passing on the DirectRunner and failing on ours; reports
 # in out/beam-suite/. E.g. make test-beam-suite BEAM_SUITE_ARGS="--runners classic -- -k Quantiles"
-BEAM_SUITE_ARGS ?=
 test-beam-suite: install
 	$(PY) -m pip install --quiet -e '.[beam-suite]'
 	nice -n 5 $(PY) tests/beam_suite/run.py $(BEAM_SUITE_ARGS)
+
+# The documentation's checks and examples (tests/docs): links, anchors, images, the reference,
+# the test names the pages cite and the quick examples, which make test runs too; and the slow
+# examples (make run, a Spark cluster, a Spark Connect server, Kafka: several minutes).
+test-docs: install
+	BEAM_TEST_SCOPE=all $(PYTEST) tests/docs $(PYTEST_ARGS)
+
+# Regenerates docs/reference.md (every option, command and make target) from the code; make
+# test fails until the page matches the code.
+docs-reference: install
+	$(PY) tests/docs/doc_reference.py
 
 # The live demo: embedded Kafka, a producer of game events, team_scores on the SparkRunner in
 # streaming, a live leaderboard; then a summary and out/live.png, out/live-throughput.png.
 run: install
 	$(PY) -m pipelines.live --duration $(DURATION) --plot out/live.png $(RUN_ARGS)
 
+# The batch benchmarks (python -m bench): 1e5 events, every engine, answers checked.
 bench: install
 	$(PY) -m bench $(BENCH_ARGS)
 
+# The same with 1e6 events.
 bench-full: install
 	$(PY) -m bench --events 1000000 $(BENCH_ARGS)
 
@@ -184,9 +208,11 @@ spark-cluster: install
 	$(PY) -m beam_spark cluster start --state-dir $(CLUSTER_DIR) --workers $(WORKERS) \
 	  --worker-cores $(WORKER_CORES)
 
+# Stops the cluster make spark-cluster started (by its PIDs).
 spark-cluster-stop:
 	@if [ -x $(PY) ]; then $(PY) -m services.cluster stop --state-dir $(CLUSTER_DIR); fi
 
+# Shows the cluster make spark-cluster started.
 spark-cluster-status:
 	$(PY) -m beam_spark cluster status --state-dir $(CLUSTER_DIR)
 
@@ -195,16 +221,20 @@ spark-cluster-status:
 connect-server: install
 	$(PY) -m beam_spark connect-server start --state-dir $(CONNECT_DIR) --master '$(CONNECT_MASTER)'
 
+# Stops the server make connect-server started (by its PID).
 connect-server-stop:
 	@if [ -x $(PY) ]; then $(PY) -m services.connect_server stop --state-dir $(CONNECT_DIR); fi
 
+# Shows the server make connect-server started.
 connect-server-status:
 	$(PY) -m beam_spark connect-server status --state-dir $(CONNECT_DIR)
 
+# The port of make job-server.
+JOB_SERVER_PORT ?= 8099
+# More options of make job-server, e.g. "--spark_remote sc://HOST:15002".
+JOB_SERVER_ARGS ?=
 # Beam's Job API on Spark: submit any Beam Python pipeline with --runner=PortableRunner
 # --job_endpoint=localhost:$(JOB_SERVER_PORT). Stop it with Ctrl-C.
-JOB_SERVER_PORT ?= 8099
-JOB_SERVER_ARGS ?=
 job-server: install
 	$(PY) -m beam_spark job-server --port $(JOB_SERVER_PORT) $(JOB_SERVER_ARGS)
 
@@ -217,11 +247,14 @@ graphviz:
 kafka: install
 	$(PY) -m beam_spark kafka start --kind $(KAFKA_BROKER) --state-dir $(KAFKA_DIR)
 
+# Stops the broker make kafka started (by its PID).
 kafka-stop:
 	@if [ -x $(PY) ]; then $(PY) -m services.broker stop --state-dir $(KAFKA_DIR); fi
 
+# Shows the broker make kafka started.
 kafka-status:
 	$(PY) -m beam_spark kafka status --state-dir $(KAFKA_DIR)
 
+# Stops the local services and removes .venv, .venv-3.*, out/ and the services' folders.
 clean: spark-cluster-stop connect-server-stop kafka-stop
 	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache out $(CLUSTER_DIR) $(CONNECT_DIR) $(KAFKA_DIR)

@@ -9,8 +9,9 @@ standalone cluster of workers that share no disk: state that follows executors, 
 ``streaming`` (the micro-batch loop), ``state`` (keyed state: stores, checkpoints, storage,
 rescale, update, reading it), ``kafka`` (the Kafka source and sink, on both embedded brokers),
 ``job_server`` (Beam's Job API), ``pipelines`` (the jobs, the demo, pictures, benchmarks) and
-``launcher`` (``beam-spark``: a user's own pipeline, the project's commands). A test that runs
-on Spark is also marked ``spark``.
+``launcher`` (``beam-spark``: a user's own pipeline, the project's commands) and ``docs``
+(README and docs/: every example run, links, the generated reference). A test that runs on
+Spark is also marked ``spark``.
 
 The runner is a parameter, never a constant, so the same TestStream proof runs on Beam's
 DirectRunner and on our SparkRunner, on classic Spark and on Spark Connect
@@ -92,7 +93,7 @@ def beam_spark_settings() -> SparkTestSettings:
 
 #: The folders under tests/ that group tests by area; each is also the area's marker.
 AREAS = ("model", "conformance", "runner", "chains", "files", "cluster", "streaming", "state",
-         "kafka", "job_server", "pipelines", "launcher")
+         "kafka", "job_server", "pipelines", "launcher", "docs")
 #: Areas whose every test starts Spark work.
 SPARK_AREAS = ("runner", "cluster", "streaming", "state", "job_server")
 

@@ -152,6 +152,10 @@ EXTENDED: Dict[str, str] = {
         "server's start most of it): the core suite runs the kit's SparkConnect runner on its "
         "shared server (every model test) and the user's file on the DirectRunner and "
         "classic Spark",
+    "docs/test_doc_examples.py::test_every_example_of_a_page_runs": "the documentation's "
+        "slow examples, page by page (make run, a Spark cluster, a Spark Connect server, "
+        "Kafka: minutes each): the core suite runs the fast examples of every page, and the "
+        "parts the slow ones show have tests of their own; make test-docs runs them",
     "launcher/test_thin_client.py::": "the project's wheel installed into a new virtualenv "
         "beside PySpark's thin client, then pipelines on the suite's Connect server "
         "(38 s with the server's start; pip installs ~40 wheels): the core suite runs a "
