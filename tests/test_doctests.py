@@ -5,6 +5,7 @@ import doctest
 import importlib
 import importlib.util
 import pkgutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,13 @@ def test_documented_examples_of_the_tests_run(relative_path):
     name = "doctest_of_" + relative_path.replace("/", "_").removesuffix(".py")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = doctest.testmod(module, optionflags=OPTIONS)
+    # Registered while it runs: a dataclass of a module with postponed annotations looks its
+    # module up in sys.modules.
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        result = doctest.testmod(module, optionflags=OPTIONS)
+    finally:
+        sys.modules.pop(name, None)
     assert result.attempted > 0, f"no example found in {relative_path}"
     assert result.failed == 0, f"{result.failed} documented example(s) failed in {relative_path}"
