@@ -230,18 +230,47 @@ def _all_option_classes() -> List[type]:
     return found
 
 
-def pipeline_options(reference: Reference) -> None:
-    import runners.spark.options as spark_options
+def project_option_classes() -> List[type]:
+    """Every ``PipelineOptions`` subclass the project's packages define (found in their
+    source, so that a class in a module nothing imports yet is found too), the SparkRunner's
+    first, then by module and name."""
+    from test_layers import PACKAGES
 
+    found = []
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            names = [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                     and any(ast.unparse(base).split(".")[-1] == "PipelineOptions"
+                             for base in node.bases)]
+            if names:
+                module_name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+                module = importlib.import_module(module_name)
+                found += [getattr(module, name) for name in names]
+    return sorted(found, key=lambda cls: (cls.__name__ != "SparkRunnerOptions",
+                                          cls.__module__, cls.__name__))
+
+
+def pipeline_options(reference: Reference) -> None:
     reference.add("## Pipeline options", "",
                   "Given on the pipeline's command line (`--name value`), or in code "
-                  "(`PipelineOptions([...])`, `PipelineOptions(name=value)`).", "",
-                  "### The SparkRunner's options", "",
-                  "`runners.spark.options.SparkRunnerOptions` (`runners/spark/options.py`). "
-                  "Options marked *Streaming* apply to `--streaming` runs.", "")
-    parser = argparse.ArgumentParser(add_help=False)
-    spark_options.SparkRunnerOptions._add_argparse_args(parser)
-    reference.actions_table("SparkRunnerOptions", parser, parser._actions)
+                  "(`PipelineOptions([...])`, `PipelineOptions(name=value)`).", "")
+    for options_class in project_option_classes():
+        where = f"{options_class.__module__}.{options_class.__name__}"
+        path = options_class.__module__.replace(".", "/") + ".py"
+        if options_class.__name__ == "SparkRunnerOptions":
+            reference.add("### The SparkRunner's options", "",
+                          f"`{where}` (`{path}`). Options marked *Streaming* apply to "
+                          "`--streaming` runs.", "")
+        else:
+            summary = (options_class.__doc__ or "").strip().split("\n\n")[0]
+            if not summary:
+                reference.problems.append(f"{where} has no docstring")
+            reference.add(f"### `{options_class.__name__}`", "",
+                          f"`{where}` (`{path}`): {table_cell(summary)}", "")
+        parser = argparse.ArgumentParser(add_help=False)
+        options_class._add_argparse_args(parser)
+        reference.actions_table(options_class.__name__, parser, parser._actions)
 
     reference.add("### Beam's options the runner reads", "",
                   "Defined by Beam (`apache_beam.options.pipeline_options`); Beam's own help, "
