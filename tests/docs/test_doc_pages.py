@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Set
 
@@ -302,3 +303,48 @@ def test_the_pages_refer_to_no_file_outside_the_project(all_pages):
                      if not list(REPO.glob(f"**/{name}")))
     assert missing == [], "\n".join(missing)
     assert not [page.path for page in all_pages if "../shared" in page.text]
+
+
+# ---- figures name where they come from -------------------------------------------------------
+
+BENCHMARKS = REPO / "docs" / "contributing" / "benchmarks.md"
+#: A figure's provenance: the commit that recorded it and that commit's date.
+_RECORDED = re.compile(r"\b([0-9a-f]{7,40}),\s+(20\d\d-\d\d-\d\d)\b")
+_COMMAND = re.compile(r"`(make (?:bench|run)[^`]*|python -m (?:bench|pictures)[^`]*)`")
+
+
+def test_every_benchmark_section_names_its_command_commit_and_date():
+    """Each section of the benchmarks page (figures a reader may rerun) names the command
+    that reproduces them and the commit and date that recorded them; the page names the
+    machine."""
+    text = BENCHMARKS.read_text()
+    assert "**The machine**" in text.split("\n## ")[0], "the page's introduction names the machine"
+    wrong = []
+    for section in re.split(r"(?m)^(?=#{2,3} )", text)[1:]:
+        heading, body = section.splitlines()[0], " ".join(section.splitlines())
+        if not _COMMAND.search(body):
+            wrong.append(f"{heading}: names no command (make bench..., python -m bench...)")
+        if not _RECORDED.search(body):
+            wrong.append(f"{heading}: names no commit and date (`recorded at abc1234, YYYY-MM-DD`)")
+    assert wrong == [], "\n".join(wrong)
+
+
+def _git(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *arguments], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_every_commit_a_figure_cites_is_in_the_history_with_its_date(all_pages):
+    if not (REPO / ".git").exists():
+        pytest.skip("no git history here (a source archive): the commits cannot be looked up")
+    if _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        pytest.skip("a shallow clone: older commits are not in it (fetch with --unshallow)")
+    wrong = []
+    for page in all_pages:
+        for commit, date in sorted(set(_RECORDED.findall(" ".join(page.text.splitlines())))):
+            shown = _git("show", "-s", "--format=%ad", "--date=short", f"{commit}^{{commit}}")
+            if shown.returncode != 0:
+                wrong.append(f"{page.path}: {commit}: no such commit")
+            elif shown.stdout.strip() != date:
+                wrong.append(f"{page.path}: {commit} is of {shown.stdout.strip()}, not {date}")
+    assert wrong == [], "\n".join(wrong)
