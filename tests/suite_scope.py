@@ -154,8 +154,9 @@ EXTENDED: Dict[str, str] = {
         "classic Spark",
     "docs/test_doc_examples.py::test_every_example_of_a_page_runs": "the documentation's "
         "slow examples, page by page (make run, a Spark cluster, a Spark Connect server, "
-        "Kafka: minutes each): the core suite runs the fast examples of every page, and the "
-        "parts the slow ones show have tests of their own; make test-docs runs them",
+        "Kafka, the jobs' command lines: minutes each): the core suite runs the fast examples "
+        "of every page, and the parts the slow ones show have tests of their own; make "
+        "test-docs runs them",
     "launcher/test_thin_client.py::": "the project's wheel installed into a new virtualenv "
         "beside PySpark's thin client, then pipelines on the suite's Connect server "
         "(38 s with the server's start; pip installs ~40 wheels): the core suite runs a "

@@ -31,6 +31,9 @@ def test_the_fast_examples_of_a_page_run(page, tmp_path, request):
     run_page(page, tmp_path, ["fast"])
 
 
+# A page of slow examples starts several services and jobs one after the other (each example
+# has its own limit, doc_examples.TIMEOUTS): the page's limit is their sum, not pytest's 600 s.
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("page", _pages_with("slow"), ids=lambda page: page.path)
 def test_every_example_of_a_page_runs(page, tmp_path, request):
     if _needs_spark_here(page):
