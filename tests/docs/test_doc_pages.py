@@ -348,3 +348,19 @@ def test_every_commit_a_figure_cites_is_in_the_history_with_its_date(all_pages):
             elif shown.stdout.strip() != date:
                 wrong.append(f"{page.path}: {commit} is of {shown.stdout.strip()}, not {date}")
     assert wrong == [], "\n".join(wrong)
+
+
+#: The README's quickstarts (issue 49: the front door), by their anchors.
+README_SECTIONS = ("quickstart-your-own-pipeline", "install", "batch", "streaming-from-kafka",
+                   "a-teststream-test-of-your-pipeline", "on-a-cluster-and-through-spark-submit",
+                   "on-spark-connect-and-databricks", "what-runs-where-and-what-is-refused",
+                   "the-guide")
+
+
+def test_the_readme_stays_a_front_door(all_pages):
+    """Short enough to read (the guide under docs/ holds the rest), with its quickstarts."""
+    readme = next(page for page in all_pages if page.path == "README.md")
+    size = len(readme.text.encode())
+    assert size < 25_000, f"README.md is {size:,} bytes: move detail into a page of docs/"
+    missing = [anchor for anchor in README_SECTIONS if anchor not in readme.anchors]
+    assert missing == [], f"README.md lacks the sections {missing}"
