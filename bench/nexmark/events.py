@@ -221,10 +221,11 @@ def write_event_files(event_set: EventSet, directory: str) -> str:
     glob pattern of its files (what ``ReadFromText``, ``textFile`` and ``spark.read.text``
     take).
 
-    >>> with tempfile.TemporaryDirectory() as directory:
+    >>> with tempfile.TemporaryDirectory() as directory:  # doctest: +NORMALIZE_WHITESPACE
     ...     pattern = write_event_files(EventSet(100, shard_count=3), directory)
     ...     sorted(os.listdir(directory)), os.path.basename(pattern)
-    (['events-00000-of-00003.jsonl', 'events-00001-of-00003.jsonl', 'events-00002-of-00003.jsonl'], 'events-*.jsonl')
+    (['events-00000-of-00003.jsonl', 'events-00001-of-00003.jsonl',
+      'events-00002-of-00003.jsonl'], 'events-*.jsonl')
     """
     os.makedirs(directory, exist_ok=True)
     ranges = list(shard_ranges(event_set))
