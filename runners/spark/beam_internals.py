@@ -537,6 +537,7 @@ from apache_beam.metrics.execution import MetricsContainer  # noqa: E402
 from apache_beam.pvalue import TaggedOutput  # noqa: E402
 from apache_beam.runners.common import DoFnSignature  # noqa: E402
 from apache_beam.runners.worker.opcounters import OperationCounters  # noqa: E402
+from apache_beam.runners.worker.statesampler import StateSampler  # noqa: E402
 from apache_beam.transforms import core as _core  # noqa: E402
 from apache_beam.transforms.window import TimestampedValue, WindowFn  # noqa: E402
 from apache_beam.utils.windowed_value import WindowedValue  # noqa: E402
