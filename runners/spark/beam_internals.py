@@ -535,6 +535,7 @@ from apache_beam.utils.windowed_value import create as create_windowed_value  # 
 from apache_beam.internal.util import ArgumentPlaceholder  # noqa: E402
 from apache_beam.metrics.execution import MetricsContainer  # noqa: E402
 from apache_beam.pvalue import TaggedOutput  # noqa: E402
+from apache_beam.runners import common as _common  # noqa: E402
 from apache_beam.runners.common import DoFnSignature  # noqa: E402
 from apache_beam.runners.worker.opcounters import OperationCounters  # noqa: E402
 from apache_beam.runners.worker.statesampler import StateSampler  # noqa: E402
@@ -555,13 +556,22 @@ def dofn_data(payload: "beam_runner_api_pb2.ParDoPayload") -> "tuple[Any, ...]":
 #: contexts, which are classes).
 _PROCESS_PARAMETER_TYPES = (_core._DoFnParam, _core._StateDoFnParam, _core._TimerDoFnParam,
                             _core._BundleContextParam, type)
+#: The ``process`` parameters a chain binds from the element's ``WindowedValue``, by the
+#: name :func:`process_arguments` gives them.
+CHAINED_PARAMETERS = {
+    "element": _core.DoFn.ElementParam,
+    "timestamp": _core.DoFn.TimestampParam,
+    "window": _core.DoFn.WindowParam,
+    "pane": _core.DoFn.PaneInfoParam,
+}
 
 
-def needs_more_than_the_element(dofn: Any) -> "str | None":
-    """Why a DoFn needs more of the runner than its ``process(element)`` being called and
-    its outputs handed on (None: it needs nothing more). Beam's own signature of the DoFn
-    decides: state, timers, splitting, batches, a parameter of ``process`` (timestamp,
-    window, pane, key, side input, ...), or bundle methods of its own."""
+def why_not_chained_dofn(dofn: Any) -> "str | None":
+    """Why a DoFn cannot run in a chain of steps (None: it can). Beam's own signature of the
+    DoFn decides: state, timers, splitting, batches, a ``process`` parameter other than the
+    element, its timestamp, window and pane (key, side input, windowed value, bundle
+    finalizer, contexts, ...), parameters of its bundle or lifecycle methods, runtime type
+    checks."""
     kind = type(dofn)
     if kind.__module__.startswith("apache_beam.typehints") or "TypeCheck" in kind.__name__:
         return "runtime type checking wraps it"
@@ -576,15 +586,49 @@ def needs_more_than_the_element(dofn: Any) -> "str | None":
             signature.process_method.method_value, "_beam_yields_batches", False):
         return "it processes batches"
     for default in signature.process_method.defaults:
-        if isinstance(default, _PROCESS_PARAMETER_TYPES):
+        if isinstance(default, _PROCESS_PARAMETER_TYPES) and not any(
+                default == parameter for parameter in CHAINED_PARAMETERS.values()):
             return f"process asks for {default}"
     if (signature.setup_lifecycle_method.defaults
             or signature.teardown_lifecycle_method.defaults):
         return "its setup or teardown asks for parameters"
-    for method in ("start_bundle", "finish_bundle"):
-        if getattr(kind, method) is not getattr(_core.DoFn, method):
-            return f"it defines {method}"
+    if (signature.start_bundle_method.defaults
+            or signature.finish_bundle_method.defaults):
+        return "its start_bundle or finish_bundle asks for parameters"
     return None
+
+
+def process_arguments(dofn: Any, args: Any, kwargs: Any) -> "tuple[list[Any], dict[str, Any]]":
+    """The arguments Beam's invoker calls a DoFn's ``process`` with (Beam 2.77's
+    ``_get_arg_placeholders``): positional ones, each ``(name, None)`` for a value taken from
+    the element (a name of :data:`CHAINED_PARAMETERS`) or ``(None, value)`` for a
+    constant; and the keyword arguments (constants). For a DoFn that
+    :func:`why_not_chained_dofn` accepts, without side inputs."""
+    signature = DoFnSignature(dofn)
+    placeholders, with_placeholders, keywords = _common._get_arg_placeholders(
+        signature.process_method, list(args), dict(kwargs))
+    positional: "list[Any]" = [(None, value) for value in with_placeholders]
+    for index, parameter in placeholders:
+        names = [name for name, known in CHAINED_PARAMETERS.items() if parameter == known]
+        if not names:
+            raise ValueError(f"a chained DoFn's process asks for {parameter}")
+        positional[index] = (names[0], None)
+    return positional, dict(keywords or {})
+
+
+def process_asks_for_window(dofn: Any) -> bool:
+    """Whether Beam invokes ``process`` once per window of an element: when it asks for its
+    window (``PerWindowInvoker.has_windowed_inputs``, without side inputs or state)."""
+    return any(_core.DoFn.WindowParam == default
+               for default in DoFnSignature(dofn).process_method.defaults)
+
+
+def bundle_methods(dofn: Any) -> "tuple[Any, Any]":
+    """A DoFn's own ``start_bundle`` and ``finish_bundle`` (bound), each None where it keeps
+    ``DoFn``'s (which does nothing)."""
+    kind = type(dofn)
+    return tuple(getattr(dofn, name) if getattr(kind, name) is not getattr(_core.DoFn, name)
+                 else None for name in ("start_bundle", "finish_bundle"))
 
 
 def _wrapper_code(transform: Any) -> Any:
@@ -595,26 +639,30 @@ def _plain(element):
     return element
 
 
-#: Beam's wrapper around a user's function, by the transform that makes it (one-argument
-#: functions, no extra arguments): the wrapper's code object, equal to that of every
-#: wrapper the transform makes (also once pickled and unpickled: code objects compare by
-#: their bytecode, constants, names and line numbers).
-_WRAPPERS = {
-    "Map": _wrapper_code(_core.Map(_plain)),
-    "Filter": _wrapper_code(_core.Filter(_plain)),
-    "MapTuple": _wrapper_code(_core.MapTuple(lambda key, value: key)),
-    "FlatMapTuple": _wrapper_code(_core.FlatMapTuple(lambda key, value: [key])),
-}
+#: Beam's wrappers around a user's function, by the transform that makes them: each
+#: wrapper's code object, equal to that of every wrapper the transform makes (also once
+#: pickled and unpickled: code objects compare by their bytecode, constants, names and line
+#: numbers). ``Map`` has two: for a function of the element alone, and for one with more
+#: parameters (extra arguments, ``DoFn.TimestampParam``, ...), which the wrapper passes on
+#: as they are; ``Filter`` has one, which passes them on too.
+_WRAPPERS = (
+    ("Map", _wrapper_code(_core.Map(_plain))),
+    ("Map", _wrapper_code(_core.Map(lambda element, extra=None: element))),
+    ("Filter", _wrapper_code(_core.Filter(_plain))),
+    ("MapTuple", _wrapper_code(_core.MapTuple(lambda key, value: key))),
+    ("FlatMapTuple", _wrapper_code(_core.FlatMapTuple(lambda key, value: [key]))),
+)
 
 
 def unwrapped_function(dofn: Any) -> "tuple[str, Any] | None":
-    """``(kind, the user's function)`` when ``dofn`` is Beam's wrapper for ``Map``,
-    ``Filter``, ``MapTuple`` or ``FlatMapTuple`` of a plain function; None for any other
-    DoFn (``FlatMap``'s function is the DoFn's ``process`` itself)."""
+    """``(kind, the user's function)`` when ``dofn`` is Beam's wrapper for ``Map`` or
+    ``Filter`` (the function takes what ``process`` is given: :func:`process_arguments`),
+    or for ``MapTuple`` or ``FlatMapTuple`` of a function of the element's parts alone;
+    None for any other DoFn (``FlatMap``'s function is the DoFn's ``process`` itself)."""
     if type(dofn) is not _core.CallableWrapperDoFn:
         return None
     code = getattr(dofn._fn, "__code__", None)
-    for kind, wrapper_code in _WRAPPERS.items():
+    for kind, wrapper_code in _WRAPPERS:
         if code == wrapper_code and code.co_filename == wrapper_code.co_filename and (
                 "fn" in code.co_freevars):
             return kind, dofn._fn.__closure__[code.co_freevars.index("fn")].cell_contents
