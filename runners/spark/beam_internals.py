@@ -642,3 +642,85 @@ def combine_key_limit(combine_fn: Any) -> int:
         isinstance(combine_fn, _core.CallableWrapperCombineFn)
         and combine_fn._fn in (min, max, sum))
     return 1000 * 1000 if small else 100 * 1000
+
+
+# Runner-native text IO (runners/spark/text_io/): Beam's text source and sink recognized by
+# their classes, their settings read off them, and Beam's ParDo operations built with the
+# runner's operation class.
+from apache_beam.io import filebasedsource as _filebasedsource  # noqa: E402
+from apache_beam.io import iobase as _iobase  # noqa: E402
+from apache_beam.io import textio as _textio  # noqa: E402
+from apache_beam.io.range_trackers import OffsetRangeTracker as _OffsetRangeTracker  # noqa: E402
+from apache_beam.runners.worker.bundle_processor import (  # noqa: E402
+    _create_pardo_operation as create_pardo_operation,
+)
+
+_BOUNDED_SOURCE_DOFN = "SDFBoundedSourceReader._create_sdf_bounded_source_dofn.<locals>." \
+    "SDFBoundedSourceDoFn"
+
+
+def reads_bounded_sources(dofn: Any) -> bool:
+    """Whether ``dofn`` is the splittable DoFn of Beam's ``Read`` of a ``BoundedSource``
+    (``SDFBoundedSourceReader``'s, a class Beam defines anew for each ``Read``)."""
+    kind = type(dofn)
+    return kind.__module__ == _iobase.__name__ and kind.__qualname__ == _BOUNDED_SOURCE_DOFN
+
+
+def text_range_reader(dofn: Any) -> "tuple[Any, bool] | None":
+    """``(source_from_file, with_filename)`` of the ``_ReadRange`` DoFn of Beam's
+    ``ReadAllFromText`` (its ``ReadAllFiles`` over text sources that Beam's own
+    ``_create_text_source`` makes); None for any other DoFn."""
+    import functools
+
+    if type(dofn) is not _filebasedsource._ReadRange:
+        return None
+    source_from_file = dofn._source_from_file
+    if not (isinstance(source_from_file, functools.partial)
+            and source_from_file.func is _textio._create_text_source):
+        return None
+    return source_from_file, bool(dofn._with_filename)
+
+
+def restriction_range(restriction: Any) -> "tuple[Any, int, int | None] | None":
+    """``(source, start, stop)`` of the restriction of Beam's bounded-source SDF (``stop``
+    None: unbounded, the whole of an unsplittable file); None for another restriction."""
+    if type(restriction) is not _iobase._SDFBoundedSourceRestriction:
+        return None
+    bundle = restriction._source_bundle
+    stop = bundle.stop_position
+    return (bundle.source, bundle.start_position,
+            None if stop == _OffsetRangeTracker.OFFSET_INFINITY else stop)
+
+
+def text_file_of(source: Any) -> "tuple[Any, str] | None":
+    """``(text source, file name)`` of one file's source (``_SingleFileSource``) over Beam's
+    own ``_TextSource`` or ``_TextSourceWithFilename`` (not a subclass: a user's read
+    records their own way); None for any other source."""
+    if type(source) is not _filebasedsource._SingleFileSource:
+        return None
+    text_source = source._file_based_source
+    if type(text_source) not in (_textio._TextSource, _textio._TextSourceWithFilename):
+        return None
+    return text_source, source._file_name
+
+
+def text_source_settings(text_source: Any) -> "dict[str, Any] | None":
+    """What Beam's ``_TextSource`` reads by: ``delimiter``, ``escapechar``,
+    ``strip_trailing_newlines``, ``skip_header_lines``, ``coder`` and ``with_filename``;
+    None when it matches header lines with functions (read by Beam's own path)."""
+    if text_source._header_matcher is not None or text_source._header_processor is not None:
+        return None
+    return {
+        "delimiter": text_source._delimiter,
+        "escapechar": text_source._escapechar,
+        "strip_trailing_newlines": bool(text_source._strip_trailing_newlines),
+        "skip_header_lines": text_source._skip_header_lines,
+        "coder": text_source._coder,
+        "with_filename": type(text_source) is _textio._TextSourceWithFilename,
+    }
+
+
+def serialized_dofn_data(payload: "beam_runner_api_pb2.ParDoPayload") -> bytes:
+    """A ParDo payload's pickled ``(dofn, args, kwargs, side inputs, windowing)``, as the SDK
+    harness's ParDo factories hand it to ``create_pardo_operation``."""
+    return _core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()

@@ -11,6 +11,9 @@ other settings are ours:
 ``--bundle_size N``          at most N elements per bundle (default: one bundle per partition)
 ``--chain_simple_steps B``   run each run of element-only steps of a stage (Map, Filter, ...)
                              as one loop (default true; see :mod:`runners.spark.chains.planning`)
+``--bulk_text_io B``         read Beam's text files (ReadFromText, ReadAllFromText, ...) a
+                             chunk at a time with Beam's semantics (default true; see
+                             :mod:`runners.spark.text_io`)
 
 Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
 
@@ -104,6 +107,17 @@ class SparkRunnerOptions(PipelineOptions):
             "the functions directly, instead of one Beam operation per step. Same elements, "
             "timestamps, windows, panes, errors and metrics. Default: true; false gives "
             "every step Beam's own operation.",
+        )
+        parser.add_argument(
+            "--bulk_text_io",
+            type=_boolean,
+            default=True,
+            metavar="true|false",
+            help="Read the ranges of Beam's own text source (ReadFromText, "
+            "ReadFromTextWithFilename, ReadAllFromText) a chunk at a time instead of a line "
+            "at a time through its range tracker: the same lines, timestamps, windows, "
+            "errors and metrics. A source of another class keeps Beam's read. Default: "
+            "true; false reads every text file through Beam's own operations.",
         )
         parser.add_argument(
             "--batch_interval_seconds",

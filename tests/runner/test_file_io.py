@@ -85,3 +85,114 @@ def test_the_reshuffle_of_a_splittable_read_reads_only_its_elements(tmp_path):
     (split_reshuffle,) = [stage for stage in stages if stage.kind == RESHUFFLE_STAGE and any(
         step.endswith("ParDo(_ReadFromPandasDoFn)/Reshuffle") for step in stage.steps)]
     assert [spec.buffer_id.rsplit(b"_", 1)[-1] for spec in split_reshuffle.inputs] == [b"split"]
+
+
+# ---------------------------------------------------------------------------------------
+# Text read on every runner: Beam's text source (read in bulk by the SparkRunner, see
+# tests/runner/test_text_io.py) gives what the DirectRunner gives.
+
+TEXT = b"header\none\r\ntwo\rstill two\n\nlast without newline"
+
+
+def _text_files(directory) -> dict:
+    """Text files of every kind the read meets: odd line endings and a header, compressed
+    (gzip, bzip2 and zstd), empty, one line longer than a read chunk."""
+    import bz2
+    import gzip
+
+    import zstandard
+
+    files = {
+        "a.txt": TEXT,
+        "b.txt.gz": gzip.compress(b"header\nfour\nfive\n"),
+        "c.txt.bz2": bz2.compress(b"header\r\nsix\r\n"),
+        "d.txt.zst": zstandard.ZstdCompressor().compress(b"header\nseven"),
+        "empty.txt": b"",
+        "long.txt": b"header\n" + b"x" * (3 << 20) + b"\nend\n",
+    }
+    for name, content in files.items():
+        (directory / name).write_bytes(content)
+    return files
+
+
+def _lines_after_header(files: dict) -> list:
+    import bz2
+    import gzip
+
+    import zstandard
+
+    lines = []
+    for name, content in files.items():
+        if name.endswith(".gz"):
+            content = gzip.decompress(content)
+        elif name.endswith(".bz2"):
+            content = bz2.decompress(content)
+        elif name.endswith(".zst"):
+            content = zstandard.ZstdDecompressor().decompress(content)
+        records = content.split(b"\n")
+        if records and records[-1] == b"":
+            records.pop()
+        lines.extend((name, record.removesuffix(b"\r").decode()) for record in records[1:])
+    return lines
+
+
+def test_text_read_from_files_of_every_kind(make_pipeline, tmp_path):
+    files = _text_files(tmp_path)
+    expected = _lines_after_header(files)
+    assert ("a.txt", "two\rstill two") in expected and ("d.txt.zst", "seven") in expected
+    with make_pipeline() as p:
+        lines = p | beam.io.ReadFromText(str(tmp_path / "*"), skip_header_lines=1)
+        assert_that(lines | "Short" >> beam.Map(lambda line: line[:20]),
+                    equal_to([line[:20] for _, line in expected]), label="lines")
+        named = p | beam.io.ReadFromTextWithFilename(str(tmp_path / "*.txt"),
+                                                     skip_header_lines=1)
+        assert_that(named | "Named" >> beam.Map(lambda pair: (os.path.basename(pair[0]),
+                                                              pair[1][:20])),
+                    equal_to([(name, line[:20]) for name, line in expected
+                              if name.endswith(".txt")]), label="named")
+        read_all = (p | beam.Create([str(tmp_path / "*.gz"), str(tmp_path / "a.txt")])
+                    | beam.io.ReadAllFromText(with_filename=True, skip_header_lines=1))
+        assert_that(read_all | "NamedAll" >> beam.Map(lambda pair: (os.path.basename(pair[0]),
+                                                                     pair[1])),
+                    equal_to([(name, line) for name, line in expected
+                              if name in ("a.txt", "b.txt.gz")]), label="read_all")
+
+
+def test_text_read_with_a_delimiter_an_escape_and_newlines_kept(make_pipeline, tmp_path):
+    (tmp_path / "d.txt").write_bytes(b"a|b\\|c|\r\n|d\\\\|e")
+    with make_pipeline() as p:
+        delimited = p | "Delimited" >> beam.io.ReadFromText(
+            str(tmp_path / "d.txt"), delimiter=b"|", escapechar=b"\\")
+        assert_that(delimited, equal_to(["a", "b\\|c", "\r\n", "d\\\\", "e"]), label="escaped")
+        kept = p | "Kept" >> beam.io.ReadFromText(str(tmp_path / "d.txt"),
+                                                  strip_trailing_newlines=False,
+                                                  coder=beam.coders.BytesCoder())
+        assert_that(kept, equal_to([b"a|b\\|c|\r\n", b"|d\\\\|e"]), label="kept")
+
+
+def test_bulk_text_io_off_reads_the_same_with_the_same_counts(spark_session, tmp_path):  # noqa: F811
+    """``--bulk_text_io=false`` (Beam's own read) and the default give the same lines and
+    the same element count of every PCollection."""
+    from apache_beam.metrics import monitoring_infos
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from runners.spark import SparkRunner
+
+    files = _text_files(tmp_path)
+    expected = [line for _, line in _lines_after_header(files)]
+    counts = {}
+    for flag in ("true", "false"):
+        options = PipelineOptions(["--bulk_text_io", flag])
+        pipeline = beam.Pipeline(runner=SparkRunner(spark_session), options=options)
+        lines = (pipeline | "Read" >> beam.io.ReadFromText(str(tmp_path / "*"),
+                                                           skip_header_lines=1)
+                 | "Length" >> beam.Map(len))
+        assert_that(lines, equal_to([len(line) for line in expected]))
+        result = pipeline.run()
+        result.wait_until_finish()
+        counts[flag] = sorted(
+            (info.labels["PCOLLECTION"], monitoring_infos.extract_counter_value(info))
+            for info in result.monitoring_metrics().monitoring_infos()
+            if info.urn == monitoring_infos.ELEMENT_COUNT_URN)
+    assert counts["true"] == counts["false"]
+    assert len(expected) in [count for _, count in counts["true"]]

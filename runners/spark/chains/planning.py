@@ -55,6 +55,10 @@ from runners.spark.chains.window_assignment import assigns_natively
 #: ``Components`` holding the chained transforms as they were.
 CHAINED_STEPS_URN = "beam:transform:spark_runner:chained_steps:v1"
 
+#: The annotation of a transform the runner runs with an operation of its own (the value
+#: names which): it is never chained.
+RUNNER_OPERATION = "spark_runner:operation"
+
 #: A chain's steps at most (Python allows 20 nested blocks in a function; each step that
 #: can output several values is a loop of the chain's function).
 MAX_CHAIN_STEPS = 16
@@ -70,6 +74,8 @@ def why_not_chained(transform: Any) -> Optional[str]:
     ``transform`` is a ``PTransform`` proto of a fused stage (a ``ParDo`` whose DoFn is
     unpickled here to ask Beam what it needs, or a ``WindowInto``).
     """
+    if RUNNER_OPERATION in transform.annotations:
+        return "the runner runs it with an operation of its own"
     if assigns_natively(transform):
         return None
     if transform.spec.urn != PAR_DO_URN:

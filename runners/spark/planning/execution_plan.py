@@ -40,6 +40,7 @@ from runners.spark.beam_internals import (
     validate_pipeline_graph,
 )
 from runners.spark.chains.planning import chain_simple_steps
+from runners.spark.text_io.planning import mark_text_io
 
 SDK_STAGE = "sdk"
 RESHUFFLE_STAGE = "reshuffle"
@@ -197,7 +198,8 @@ def stateful_par_do(transform) -> Optional[Tuple[beam_runner_api_pb2.ParDoPayloa
 
 
 def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
-         native_reshuffle: bool = True, chain_steps: bool = True) -> ExecutionPlan:
+         native_reshuffle: bool = True, chain_steps: bool = True,
+         text_io: bool = True) -> ExecutionPlan:
     """Fuse the pipeline into stages and describe each for execution on Spark.
 
     In streaming, TestStream is executed by the runner (the micro-batch loop), not fused.
@@ -205,7 +207,8 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
     two Maps) instead of as a runner shuffle: before Beam 2.65 that expansion dropped pane
     info, and a pipeline pinned to such a version (``--update_compatibility_version``)
     must get what that version gives. ``chain_steps`` runs each run of element-only steps
-    of a stage as one loop (:mod:`~runners.spark.chains.planning`).
+    of a stage as one loop (:mod:`~runners.spark.chains.planning`); ``text_io`` runs Beam's
+    own text reads with the runner's bulk operations (:mod:`~runners.spark.text_io.planning`).
     """
     runner_urns = RUNNER_URNS | (
         {common_urns.primitives.TEST_STREAM.urn} if streaming else set())
@@ -224,7 +227,7 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
 
         use_microsecond_timestamps(context.components, common_urns.coders.WINDOWED_VALUE.urn,
                                    common_urns.coders.TIMER.urn)
-    builder = _PlanBuilder(context, chain_steps)
+    builder = _PlanBuilder(context, chain_steps, text_io)
     specs = in_dependency_order(
         [builder.stage_spec(index, stage) for index, stage in enumerate(stages)])
     readers: Dict[bytes, int] = {}
@@ -280,9 +283,10 @@ def in_dependency_order(specs: List[StageSpec]) -> List[StageSpec]:
 
 
 class _PlanBuilder:
-    def __init__(self, context, chain_steps: bool = True) -> None:
+    def __init__(self, context, chain_steps: bool = True, text_io: bool = True) -> None:
         self.context = context
         self.chain_steps = chain_steps
+        self.text_io = text_io
         self.components = context.components
         self.groups: Dict[bytes, GroupSpec] = {}
         self._written: Dict[str, bytes] = {}  # DATA_OUTPUT transform -> buffer id
@@ -348,6 +352,8 @@ class _PlanBuilder:
             # Any URL: the in-memory data channel serves timers; without one, no timers flow.
             timer_api_service_descriptor={"url": "in-memory"},
         )
+        if self.text_io:
+            mark_text_io(descriptor)
         if self.chain_steps:
             chain_simple_steps(descriptor)
         keyed = stage.is_stateful()
