@@ -724,3 +724,27 @@ def serialized_dofn_data(payload: "beam_runner_api_pb2.ParDoPayload") -> bytes:
     """A ParDo payload's pickled ``(dofn, args, kwargs, side inputs, windowing)``, as the SDK
     harness's ParDo factories hand it to ``create_pardo_operation``."""
     return _core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
+
+
+from apache_beam.io.iobase import _WriteBundleDoFn as WriteBundleDoFn  # noqa: E402
+from apache_beam.io.iobase import _WriteKeyedBundleDoFn as WriteKeyedBundleDoFn  # noqa: E402
+
+
+def text_sink_writer(dofn: Any) -> "str | None":
+    """``"bundle"`` or ``"keyed"`` when ``dofn`` is the writing step of Beam's ``WriteImpl``
+    (``_WriteBundleDoFn``: a file per bundle; ``_WriteKeyedBundleDoFn``: a file per shard,
+    ``num_shards``) of Beam's own ``_TextSink`` (not a subclass: a user's sink writes its own
+    way) with no limit of records or bytes per file; None for any other DoFn."""
+    kind = type(dofn)
+    if kind not in (WriteBundleDoFn, WriteKeyedBundleDoFn):
+        return None
+    sink = dofn.sink
+    if (type(sink) is not _textio._TextSink or sink.max_records_per_shard
+            or sink.max_bytes_per_shard or getattr(dofn, "_runtime_output_constraints", None)):
+        return None
+    return "bundle" if kind is WriteBundleDoFn else "keyed"
+
+
+def appends_newlines(text_sink: Any) -> bool:
+    """Whether Beam's ``_TextSink`` writes ``\\n`` after each record."""
+    return bool(text_sink._append_trailing_newlines)

@@ -11,9 +11,9 @@ other settings are ours:
 ``--bundle_size N``          at most N elements per bundle (default: one bundle per partition)
 ``--chain_simple_steps B``   run each run of element-only steps of a stage (Map, Filter, ...)
                              as one loop (default true; see :mod:`runners.spark.chains.planning`)
-``--bulk_text_io B``         read Beam's text files (ReadFromText, ReadAllFromText, ...) a
-                             chunk at a time with Beam's semantics (default true; see
-                             :mod:`runners.spark.text_io`)
+``--bulk_text_io B``         read and write Beam's text files (ReadFromText, ReadAllFromText,
+                             WriteToText, ...) a chunk at a time with Beam's semantics
+                             (default true; see :mod:`runners.spark.text_io`)
 
 Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
 
@@ -115,9 +115,11 @@ class SparkRunnerOptions(PipelineOptions):
             metavar="true|false",
             help="Read the ranges of Beam's own text source (ReadFromText, "
             "ReadFromTextWithFilename, ReadAllFromText) a chunk at a time instead of a line "
-            "at a time through its range tracker: the same lines, timestamps, windows, "
-            "errors and metrics. A source of another class keeps Beam's read. Default: "
-            "true; false reads every text file through Beam's own operations.",
+            "at a time through its range tracker, and write Beam's own text sink "
+            "(WriteToText) a block of records at a time: the same lines, bytes, "
+            "timestamps, windows, errors and metrics. A source or sink of another class "
+            "keeps Beam's. Default: true; false reads and writes every text file through "
+            "Beam's own operations.",
         )
         parser.add_argument(
             "--batch_interval_seconds",

@@ -196,3 +196,58 @@ def test_bulk_text_io_off_reads_the_same_with_the_same_counts(spark_session, tmp
             if info.urn == monitoring_infos.ELEMENT_COUNT_URN)
     assert counts["true"] == counts["false"]
     assert len(expected) in [count for _, count in counts["true"]]
+
+
+# ---------------------------------------------------------------------------------------
+# WriteToText on every runner: file names, header, footer, compression, shards (the
+# SparkRunner writes Beam's text sink a block of records at a time, see
+# tests/runner/test_text_write.py).
+
+def _lines_of(path) -> list:
+    import gzip
+
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        data = gzip.decompress(data)
+    return data.decode("utf-8").split("\n")
+
+
+def test_text_written_with_shards_a_template_a_header_and_gzip(make_pipeline, tmp_path):
+    values = [f"caf\u00e9 {index}" for index in range(50)] + [b"raw bytes".decode()]
+    with make_pipeline() as p:
+        lines = p | beam.Create(values)
+        _ = lines | "Sharded" >> beam.io.WriteToText(
+            str(tmp_path / "sharded"), num_shards=3, shard_name_template="-SS-of-NN",
+            file_name_suffix=".txt.gz", header="# header", footer="# footer")
+        _ = lines | "PerBundle" >> beam.io.WriteToText(str(tmp_path / "bundles"),
+                                                       file_name_suffix=".txt")
+    sharded = sorted(path.name for path in tmp_path.glob("sharded*"))
+    assert sharded == [f"sharded-{shard:02d}-of-03.txt.gz" for shard in range(3)]
+    written = []
+    for name in sharded:
+        file_lines = _lines_of(tmp_path / name)
+        assert file_lines[0] == "# header" and file_lines[-2:] == ["# footer", ""]
+        written.extend(file_lines[1:-2])
+    assert sorted(written) == sorted(values)
+    bundles = sorted(tmp_path.glob("bundles*"))
+    assert bundles and all(path.name.endswith(".txt") and "-of-" in path.name
+                           for path in bundles)
+    assert sorted(line for path in bundles for line in _lines_of(path)[:-1]) == sorted(values)
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith("beam-temp")]
+
+
+def test_bulk_text_io_off_writes_the_same_files(spark_session, tmp_path):  # noqa: F811
+    """``--bulk_text_io=false`` (Beam's writer) and the default write the same bytes."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from runners.spark import SparkRunner
+
+    contents = {}
+    for flag in ("true", "false"):
+        options = PipelineOptions(["--bulk_text_io", flag])
+        with beam.Pipeline(runner=SparkRunner(spark_session), options=options) as p:
+            _ = (p | beam.Create(range(5000)) | beam.Map(lambda x: {"n": x, "s": "\u00e9"})
+                 | beam.io.WriteToText(str(tmp_path / flag / "out"), header="h",
+                                       file_name_suffix=".gz"))
+        contents[flag] = sorted(path.read_bytes() for path in (tmp_path / flag).iterdir())
+    assert contents["true"] == contents["false"] and len(contents["true"]) >= 1

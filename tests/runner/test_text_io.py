@@ -53,8 +53,6 @@ from runners.spark.text_io import read as text_read
 from runners.spark.worker.bundles import StageProcessor
 
 NAMESPACE = "text_io_test"
-#: The bulk path's one entry, spied on by each run.
-_EMIT = text_read.TextFile.emit
 
 
 class CountingCoder(coders.Coder):
@@ -126,13 +124,13 @@ def _compressed(kind: str, data: bytes) -> bytes:
 # The harness: the reading stage, in process.
 
 @dataclasses.dataclass
-class ReadRun:
+class StageRun:
     elements: list  # (value, timestamp, windows, pane), in order
     counts: dict  # PCollection id -> element_count
     sizes: dict  # PCollection id -> sampled byte sizes
     user_metrics: dict  # (step, namespace, name) -> counter value
     error: Any  # (type, message) of what the bundle raised, or None
-    bulk_reads: int  # calls of the bulk path
+    bulk_calls: int  # calls of the runner's path (the spied function)
     annotated: list  # steps the plan marked for the runner's operations
 
 
@@ -157,10 +155,16 @@ def _port_coder(context, descriptor, transform_id: str):
     return context.coders.get_by_id(port.coder_id).get_impl()
 
 
-def run_read(build: Callable[[Any], Any], suffix: str, inputs: Sequence[WindowedValue],
-             text_io: bool, monkeypatch) -> ReadRun:
-    """Plan the read ``build`` makes, run the stage whose step ends in ``suffix`` on
-    ``inputs`` (one bundle), and decode what it writes."""
+#: What each run spies on: the one entry of the runner's bulk path.
+SPIED = (text_read.TextFile, "emit")
+
+
+def run_stage(build: Callable[[Any], Any], suffix: str, inputs: Sequence[WindowedValue],
+              text_io: bool, monkeypatch, spied: tuple = SPIED) -> StageRun:
+    """Plan the pipeline ``build`` makes (its result read as a side input, so the stage
+    writes it out), run the stage whose step ends in ``suffix`` on ``inputs`` (one bundle),
+    and decode what it writes; ``spied``: ``(owner, name)`` of the function whose calls
+    are counted."""
     plan = _plan_of(build, text_io)
     stage = _reading_stage(plan, suffix)
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
@@ -173,18 +177,19 @@ def run_read(build: Callable[[Any], Any], suffix: str, inputs: Sequence[Windowed
     for element in inputs:
         coder.encode_to_stream(element, stream, True)
     calls = []
-    emit = _EMIT
+    owner, name = spied
+    original = _ORIGINALS.setdefault(spied, getattr(owner, name))
 
-    def spied(self, *args, **kwargs):
-        calls.append(self.file_name)
-        return emit(self, *args, **kwargs)
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(text_read.TextFile, "emit", spied)
+    monkeypatch.setattr(owner, name, spy)
     processor = StageProcessor(stage.descriptor)
     try:
         outputs, _, _, infos = processor.run_bundle({spec.transform_id: [stream.get()]}, {})
     except Exception as error:  # noqa: BLE001 - compared with Beam's own
-        return ReadRun([], {}, {}, {}, (type(error), str(error)), len(calls), annotated)
+        return StageRun([], {}, {}, {}, (type(error), str(error)), len(calls), annotated)
     elements = []
     for output_id, _ in stage.outputs:
         output_coder = _port_coder(context, descriptor, output_id)
@@ -203,7 +208,10 @@ def run_read(build: Callable[[Any], Any], suffix: str, inputs: Sequence[Windowed
         elif info.urn == monitoring_infos.USER_COUNTER_URN:
             user_metrics[(info.labels["PTRANSFORM"], info.labels["NAMESPACE"],
                           info.labels["NAME"])] = monitoring_infos.extract_counter_value(info)
-    return ReadRun(elements, counts, sizes, user_metrics, None, len(calls), annotated)
+    return StageRun(elements, counts, sizes, user_metrics, None, len(calls), annotated)
+
+
+_ORIGINALS: dict = {}
 
 
 def restrictions(source: Any, chunk: int | None) -> list[WindowedValue]:
@@ -235,12 +243,12 @@ def ranges(pattern: str, chunk: int, with_windows: bool = True) -> list[Windowed
     return elements
 
 
-def compare(build, suffix: str, inputs, monkeypatch, bulk: bool = True) -> ReadRun:
+def compare(build, suffix: str, inputs, monkeypatch, bulk: bool = True) -> StageRun:
     """Run the read with the option off and on; assert the same results; return the bulk
     run (``bulk``: whether the bulk path must have read every restriction)."""
-    beam_run = run_read(build, suffix, inputs, False, monkeypatch)
-    ours = run_read(build, suffix, inputs, True, monkeypatch)
-    assert beam_run.bulk_reads == 0 and not beam_run.annotated
+    beam_run = run_stage(build, suffix, inputs, False, monkeypatch)
+    ours = run_stage(build, suffix, inputs, True, monkeypatch)
+    assert beam_run.bulk_calls == 0 and not beam_run.annotated
     assert ours.annotated and all(name.endswith(suffix) for name in ours.annotated)
     assert ours.error == beam_run.error
     assert ours.elements == beam_run.elements  # the same elements, in the same order
@@ -250,9 +258,9 @@ def compare(build, suffix: str, inputs, monkeypatch, bulk: bool = True) -> ReadR
         if beam_run.counts.get(pcollection, 0) <= 10:  # Beam sampled every element
             assert ours.sizes[pcollection] == sampled, pcollection
     if bulk:
-        assert ours.bulk_reads >= 1
+        assert ours.bulk_calls >= 1
     else:
-        assert ours.bulk_reads == 0
+        assert ours.bulk_calls == 0
     return ours
 
 
@@ -333,7 +341,7 @@ def test_read_from_text_as_beam_reads_it(name, tmp_path, monkeypatch):
         ours = compare(build, PROCESS, inputs, monkeypatch,
                        bulk=case.bulk and any(content for content in case.files.values()))
         if case.bulk:
-            assert ours.bulk_reads == len(inputs)  # every restriction read in bulk
+            assert ours.bulk_calls == len(inputs)  # every restriction read in bulk
 
 
 def test_a_split_in_the_middle_of_a_crlf_and_of_a_delimiter(tmp_path, monkeypatch):

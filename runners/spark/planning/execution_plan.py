@@ -208,7 +208,7 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
     info, and a pipeline pinned to such a version (``--update_compatibility_version``)
     must get what that version gives. ``chain_steps`` runs each run of element-only steps
     of a stage as one loop (:mod:`~runners.spark.chains.planning`); ``text_io`` runs Beam's
-    own text reads with the runner's bulk operations (:mod:`~runners.spark.text_io.planning`).
+    own text reads and writes with the runner's bulk operations (:mod:`~runners.spark.text_io.planning`).
     """
     runner_urns = RUNNER_URNS | (
         {common_urns.primitives.TEST_STREAM.urn} if streaming else set())

@@ -1,10 +1,13 @@
 """Which steps of a fused stage are Beam's own text IO, run by the runner's operations
-(:mod:`runners.spark.text_io.read`): planning marks them, the worker swaps them in.
+(:mod:`runners.spark.text_io.read`, :mod:`runners.spark.text_io.write`): planning marks
+them, the worker swaps them in.
 
 A step is recognized by what Beam's transform is, never by a user's name for it: the process
 step of Beam's bounded-source SDF (``ReadFromText``, ``ReadFromTextWithFilename``, any
 ``Read`` of a ``BoundedSource``: which restrictions are Beam's text source is decided for
-each, at run time) and the ``_ReadRange`` ParDo of ``ReadAllFromText``. Planning (with
+each, at run time), the ``_ReadRange`` ParDo of ``ReadAllFromText``, and the writing step
+of Beam's ``WriteImpl`` (``_WriteBundleDoFn`` or ``_WriteKeyedBundleDoFn``) of Beam's own
+``_TextSink`` without a limit per file. Planning (with
 ``--bulk_text_io``, the default) marks each with the :data:`RUNNER_OPERATION` annotation,
 which also keeps it out of a chain; the worker's processor swaps the marked steps' URNs for
 the runner's before Beam builds its operations. The plan itself keeps Beam's URNs and
@@ -32,10 +35,12 @@ from runners.spark.beam_internals import (
     proto_utils,
     reads_bounded_sources,
     text_range_reader,
+    text_sink_writer,
     unpickle_dofn,
 )
 from runners.spark.chains.planning import RUNNER_OPERATION
 from runners.spark.text_io.read import BULK_RANGE_READ_URN, BULK_SOURCE_READ_URN
+from runners.spark.text_io.write import BULK_KEYED_WRITE_URN, BULK_WRITE_URN
 
 _PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 _PAR_DO_URN = common_urns.primitives.PAR_DO.urn
@@ -44,6 +49,8 @@ _PAR_DO_URN = common_urns.primitives.PAR_DO.urn
 _OPERATIONS: Dict[bytes, str] = {
     b"bulk_text_source_read": BULK_SOURCE_READ_URN,
     b"bulk_text_range_read": BULK_RANGE_READ_URN,
+    b"bulk_text_write": BULK_WRITE_URN,
+    b"bulk_text_keyed_write": BULK_KEYED_WRITE_URN,
 }
 
 
@@ -55,12 +62,18 @@ def operation_of(transform: Any) -> Optional[bytes]:
     if urn not in (_PROCESS_URN, _PAR_DO_URN):
         return None
     payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
-    if payload.side_inputs or payload.state_specs or payload.timer_family_specs:
+    if payload.state_specs or payload.timer_family_specs or payload.requests_finalization:
         return None
     dofn = unpickle_dofn(payload)
     if urn == _PROCESS_URN:
-        return b"bulk_text_source_read" if reads_bounded_sources(dofn) else None
+        reads = not payload.side_inputs and reads_bounded_sources(dofn)
+        return b"bulk_text_source_read" if reads else None
     if payload.restriction_coder_id:
+        return None
+    writer = text_sink_writer(dofn)
+    if writer is not None:  # its side input is the temp directory
+        return b"bulk_text_write" if writer == "bundle" else b"bulk_text_keyed_write"
+    if payload.side_inputs:
         return None
     return b"bulk_text_range_read" if text_range_reader(dofn) is not None else None
 
