@@ -748,3 +748,54 @@ def text_sink_writer(dofn: Any) -> "str | None":
 def appends_newlines(text_sink: Any) -> bool:
     """Whether Beam's ``_TextSink`` writes ``\\n`` after each record."""
     return bool(text_sink._append_trailing_newlines)
+
+
+def write_impl_step(dofn: Any, args: Any) -> "str | None":
+    """What a ParDo of Beam's ``WriteImpl`` (bounded) does, for a sink of Beam's own
+    ``FileBasedSink`` classes (``_TextSink``, Avro's, Parquet's, ...) writing a local path
+    given as a static value: ``"initialize"``, ``"pre_finalize"`` or ``"finalize"``; for
+    the steps of Beam's ``Create`` (its ``FlatMap`` of the encoded values, its ``Map`` of a
+    Beam coder's ``decode``, as ``WriteImpl``'s ``DoOnce`` has them): ``"create"``; None
+    for anything else (a user's sink class, a remote or deferred path, a user's function)."""
+    if not isinstance(dofn, _core.CallableWrapperDoFn):
+        return None
+    function = dofn._fn
+    code = getattr(function, "__code__", None)
+    if (getattr(function, "__qualname__", "") == "Map.<locals>.<lambda>"
+            and function.__module__ == _core.__name__ and "fn" in code.co_freevars):
+        # Map's wrapper (with or without extra arguments): the function it calls
+        function = function.__closure__[code.co_freevars.index("fn")].cell_contents
+        code = getattr(function, "__code__", None)
+    owner = getattr(function, "__self__", None)
+    if owner is not None:  # Create's Map(coder.decode)
+        module = type(owner).__module__
+        return ("create" if getattr(function, "__name__", "") == "decode"
+                and module.startswith("apache_beam.coders.") else None)
+    module = getattr(function, "__module__", "")
+    qualified = getattr(function, "__qualname__", "")
+    if module == _core.__name__ and qualified == "Create.expand.<locals>.<lambda>":
+        return "create"
+    if module != _iobase.__name__:
+        return None
+    if function is _iobase._pre_finalize:
+        step = "pre_finalize"
+    elif function is _iobase._finalize_write:
+        step = "finalize"
+    elif (qualified == "WriteImpl._expand_bounded.<locals>.<lambda>" and code is not None
+          and "initialize_write" in code.co_names):
+        step = "initialize"
+    else:
+        return None
+    return step if args and _beams_local_file_sink(args[0]) else None
+
+
+def _beams_local_file_sink(sink: Any) -> bool:
+    from apache_beam.io.filebasedsink import FileBasedSink
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.value_provider import StaticValueProvider
+
+    if not (isinstance(sink, FileBasedSink) and type(sink).__module__.startswith("apache_beam.")):
+        return False
+    prefix = sink.file_path_prefix
+    return isinstance(prefix, StaticValueProvider) and FileSystems.get_scheme(prefix.get()) in (
+        None, "file")

@@ -14,6 +14,10 @@ other settings are ours:
 ``--bulk_text_io B``         read and write Beam's text files (ReadFromText, ReadAllFromText,
                              WriteToText, ...) a chunk at a time with Beam's semantics
                              (default true; see :mod:`runners.spark.text_io`)
+``--write_stages_in_driver B``  run the one-element stages of Beam's file writes (initialize,
+                             pre-finalize, finalize) in the driver where the workers run
+                             beside it (default true; see
+                             :mod:`runners.spark.text_io.sink_stages`)
 
 Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
 
@@ -120,6 +124,18 @@ class SparkRunnerOptions(PipelineOptions):
             "timestamps, windows, errors and metrics. A source or sink of another class "
             "keeps Beam's. Default: true; false reads and writes every text file through "
             "Beam's own operations.",
+        )
+        parser.add_argument(
+            "--write_stages_in_driver",
+            type=_boolean,
+            default=True,
+            metavar="true|false",
+            help="In batch, run the one-element stages around a write of Beam's own file "
+            "sinks (WriteToText, ...: initialize, pre-finalize, finalize) in the driver "
+            "instead of a Spark job each, when every task would run on the driver's host "
+            "in its directory (a local master whose workers see the driver's directory): "
+            "the same Beam code on the same files. A user's own sink class, remote "
+            "storage, and a cluster keep Spark jobs. Default: true.",
         )
         parser.add_argument(
             "--batch_interval_seconds",

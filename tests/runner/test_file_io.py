@@ -12,6 +12,7 @@ import json
 import os
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from spark_fixtures import spark_session  # noqa: F401 (fixture)
@@ -251,3 +252,76 @@ def test_bulk_text_io_off_writes_the_same_files(spark_session, tmp_path):  # noq
                                        file_name_suffix=".gz"))
         contents[flag] = sorted(path.read_bytes() for path in (tmp_path / flag).iterdir())
     assert contents["true"] == contents["false"] and len(contents["true"]) >= 1
+
+
+def test_write_stages_in_the_driver_write_the_same_files_with_one_job(spark_session, tmp_path,  # noqa: F811
+                                                                      monkeypatch):
+    """``--write_stages_in_driver`` (default): WriteImpl's initialize, pre-finalize and
+    finalize stages run in the driver on a local master: one Spark job instead of four, the
+    same files (names, header, footer, gzip), the same element counts; old files of the
+    output's name replaced (pre-finalize); no temporary directory left."""
+    import gzip
+
+    from apache_beam.metrics import monitoring_infos
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from runners.spark import SparkRunner
+    from runners.spark.execution import run_context
+
+    jobs = []
+    collect = run_context.RunContext.collect
+
+    def counted(self, dataset):
+        jobs.append(dataset)
+        return collect(self, dataset)
+
+    monkeypatch.setattr(run_context.RunContext, "collect", counted)
+    results = {}
+    for flag in ("true", "false"):
+        directory = tmp_path / flag
+        directory.mkdir()
+        (directory / "out-00001-of-00003.txt.gz").write_bytes(b"stale")
+        jobs.clear()
+        options = PipelineOptions(["--write_stages_in_driver", flag])
+        pipeline = beam.Pipeline(runner=SparkRunner(spark_session), options=options)
+        _ = (pipeline | beam.Create([f"line {index}" for index in range(30)])
+             | beam.io.WriteToText(str(directory / "out"), num_shards=3, header="h",
+                                   footer="f", file_name_suffix=".txt.gz"))
+        result = pipeline.run()
+        result.wait_until_finish()
+        names = sorted(path.name for path in directory.iterdir())
+        lines = sorted(line for path in directory.iterdir()
+                       for line in gzip.decompress(path.read_bytes()).decode().split("\n"))
+        counts = sorted(
+            (info.labels["PCOLLECTION"], monitoring_infos.extract_counter_value(info))
+            for info in result.monitoring_metrics().monitoring_infos()
+            if info.urn == monitoring_infos.ELEMENT_COUNT_URN)
+        results[flag] = (names, lines, counts, len(jobs))
+    assert results["true"][:3] == results["false"][:3]
+    names, lines, _, _ = results["true"]
+    assert names == [f"out-{shard:05d}-of-00003.txt.gz" for shard in range(3)]
+    assert lines.count("h") == 3 and lines.count("f") == 3 and "line 29" in lines
+    assert (results["true"][3], results["false"][3]) == (1, 4)
+
+
+def test_a_failing_write_stage_fails_the_same_way_in_the_driver(spark_session, tmp_path):  # noqa: F811
+    """InitializeWrite cannot make its temporary directory (a file is in the way): the same
+    error, in the driver or in a task."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from runners.spark import SparkRunner
+
+    (tmp_path / "blocked").write_text("a file, not a directory")
+    errors = {}
+    for flag in ("true", "false"):
+        options = PipelineOptions(["--write_stages_in_driver", flag])
+        pipeline = beam.Pipeline(runner=SparkRunner(spark_session), options=options)
+        _ = (pipeline | beam.Create(["x"])
+             | beam.io.WriteToText(str(tmp_path / "blocked" / "out")))
+        with pytest.raises(Exception) as raised:
+            pipeline.run().wait_until_finish()
+        message = str(raised.value)
+        errors[flag] = (type(raised.value), message[:message.index("beam-temp-")]
+                        if "beam-temp-" in message else message)
+    assert errors["true"] == errors["false"]
+    assert "Not a directory" in errors["true"][1]

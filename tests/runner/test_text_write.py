@@ -216,3 +216,40 @@ def test_a_user_sink_and_a_record_limit_keep_beams_writer(tmp_path, monkeypatch)
                                           monkeypatch, bulk=False)
         assert not ours.annotated
         assert beam_files
+
+
+# ---------------------------------------------------------------------------------------
+# WriteImpl's one-element stages (initialize, pre-finalize, finalize): planned for the driver
+# only for Beam's own file sinks on local paths (runners/spark/text_io/sink_stages.py).
+
+def _driver_side(build, **options) -> list:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from runners.spark.planning import execution_plan
+
+    pipeline = beam.Pipeline()
+    build(pipeline)
+    plan = execution_plan.plan(execution_plan.pipeline_proto(pipeline, PipelineOptions([])),
+                               **options)
+    return sorted(stage.steps[-1].split("/")[-1] for stage in plan.stages
+                  if stage.driver_side)
+
+
+def test_only_beams_own_write_stages_are_planned_for_the_driver(tmp_path):
+    prefix = str(tmp_path / "out")
+    write_stages = ["FinalizeWrite", "InitializeWrite", "PreFinalize"]
+    assert _driver_side(lambda p: p | beam.Create([1]) | beam.io.WriteToText(prefix)) == (
+        write_stages)
+    assert _driver_side(lambda p: p | beam.Create([1]) | beam.io.WriteToText(
+        prefix, num_shards=2, file_name_suffix=".gz")) == write_stages
+    assert _driver_side(lambda p: p | beam.Create([1]) | beam.io.WriteToText(prefix),
+                        driver_stages=False) == []
+    # A user's sink class: its methods are the user's code, run in tasks.
+    assert _driver_side(lambda p: p | beam.Create([1]) | beam.io.Write(OwnSink(prefix))) == []
+    # Remote storage: reached with the workers' credentials.
+    assert _driver_side(lambda p: p | beam.Create([1])
+                        | beam.io.WriteToText("s3://bucket/out")) == []
+    # A user's Create | Map stage, even of one element, stays a Spark stage.
+    assert _driver_side(lambda p: p | beam.Create([1]) | beam.Map(str)
+                        | beam.io.WriteToText(prefix)) == write_stages
+    assert _driver_side(lambda p: p | beam.Create([1]) | beam.Map(str)) == []
