@@ -703,3 +703,160 @@ def resolve_runner_name(name: str, runner_path: str) -> None:
     ``Runner`` suffix, as Beam matches names) to the class at ``runner_path``
     (``"package.module.Class"``), in this process; every other name stays Beam's."""
     _runner._RUNNER_MAP[name.lower()] = runner_path
+
+
+# Runner-native text IO (runners/spark/text_io/): Beam's text source and sink recognized by
+# their classes, their settings read off them, and Beam's ParDo operations built with the
+# runner's operation class.
+from apache_beam.io import filebasedsource as _filebasedsource  # noqa: E402
+from apache_beam.io import iobase as _iobase  # noqa: E402
+from apache_beam.io import textio as _textio  # noqa: E402
+from apache_beam.io.range_trackers import OffsetRangeTracker as _OffsetRangeTracker  # noqa: E402
+from apache_beam.runners.worker.bundle_processor import (  # noqa: E402
+    _create_pardo_operation as create_pardo_operation,
+)
+
+_BOUNDED_SOURCE_DOFN = "SDFBoundedSourceReader._create_sdf_bounded_source_dofn.<locals>." \
+    "SDFBoundedSourceDoFn"
+
+
+def reads_bounded_sources(dofn: Any) -> bool:
+    """Whether ``dofn`` is the splittable DoFn of Beam's ``Read`` of a ``BoundedSource``
+    (``SDFBoundedSourceReader``'s, a class Beam defines anew for each ``Read``)."""
+    kind = type(dofn)
+    return kind.__module__ == _iobase.__name__ and kind.__qualname__ == _BOUNDED_SOURCE_DOFN
+
+
+def text_range_reader(dofn: Any) -> "tuple[Any, bool] | None":
+    """``(source_from_file, with_filename)`` of the ``_ReadRange`` DoFn of Beam's
+    ``ReadAllFromText`` (its ``ReadAllFiles`` over text sources that Beam's own
+    ``_create_text_source`` makes); None for any other DoFn."""
+    import functools
+
+    if type(dofn) is not _filebasedsource._ReadRange:
+        return None
+    source_from_file = dofn._source_from_file
+    if not (isinstance(source_from_file, functools.partial)
+            and source_from_file.func is _textio._create_text_source):
+        return None
+    return source_from_file, bool(dofn._with_filename)
+
+
+def restriction_range(restriction: Any) -> "tuple[Any, int, int | None] | None":
+    """``(source, start, stop)`` of the restriction of Beam's bounded-source SDF (``stop``
+    None: unbounded, the whole of an unsplittable file); None for another restriction."""
+    if type(restriction) is not _iobase._SDFBoundedSourceRestriction:
+        return None
+    bundle = restriction._source_bundle
+    stop = bundle.stop_position
+    return (bundle.source, bundle.start_position,
+            None if stop == _OffsetRangeTracker.OFFSET_INFINITY else stop)
+
+
+def text_file_of(source: Any) -> "tuple[Any, str] | None":
+    """``(text source, file name)`` of one file's source (``_SingleFileSource``) over Beam's
+    own ``_TextSource`` or ``_TextSourceWithFilename`` (not a subclass: a user's read
+    records their own way); None for any other source."""
+    if type(source) is not _filebasedsource._SingleFileSource:
+        return None
+    text_source = source._file_based_source
+    if type(text_source) not in (_textio._TextSource, _textio._TextSourceWithFilename):
+        return None
+    return text_source, source._file_name
+
+
+def text_source_settings(text_source: Any) -> "dict[str, Any] | None":
+    """What Beam's ``_TextSource`` reads by: ``delimiter``, ``escapechar``,
+    ``strip_trailing_newlines``, ``skip_header_lines``, ``coder`` and ``with_filename``;
+    None when it matches header lines with functions (read by Beam's own path)."""
+    if text_source._header_matcher is not None or text_source._header_processor is not None:
+        return None
+    return {
+        "delimiter": text_source._delimiter,
+        "escapechar": text_source._escapechar,
+        "strip_trailing_newlines": bool(text_source._strip_trailing_newlines),
+        "skip_header_lines": text_source._skip_header_lines,
+        "coder": text_source._coder,
+        "with_filename": type(text_source) is _textio._TextSourceWithFilename,
+    }
+
+
+def serialized_dofn_data(payload: "beam_runner_api_pb2.ParDoPayload") -> bytes:
+    """A ParDo payload's pickled ``(dofn, args, kwargs, side inputs, windowing)``, as the SDK
+    harness's ParDo factories hand it to ``create_pardo_operation``."""
+    return _core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
+
+
+from apache_beam.io.iobase import _WriteBundleDoFn as WriteBundleDoFn  # noqa: E402
+from apache_beam.io.iobase import _WriteKeyedBundleDoFn as WriteKeyedBundleDoFn  # noqa: E402
+
+
+def text_sink_writer(dofn: Any) -> "str | None":
+    """``"bundle"`` or ``"keyed"`` when ``dofn`` is the writing step of Beam's ``WriteImpl``
+    (``_WriteBundleDoFn``: a file per bundle; ``_WriteKeyedBundleDoFn``: a file per shard,
+    ``num_shards``) of Beam's own ``_TextSink`` (not a subclass: a user's sink writes its own
+    way) with no limit of records or bytes per file; None for any other DoFn."""
+    kind = type(dofn)
+    if kind not in (WriteBundleDoFn, WriteKeyedBundleDoFn):
+        return None
+    sink = dofn.sink
+    if (type(sink) is not _textio._TextSink or sink.max_records_per_shard
+            or sink.max_bytes_per_shard or getattr(dofn, "_runtime_output_constraints", None)):
+        return None
+    return "bundle" if kind is WriteBundleDoFn else "keyed"
+
+
+def appends_newlines(text_sink: Any) -> bool:
+    """Whether Beam's ``_TextSink`` writes ``\\n`` after each record."""
+    return bool(text_sink._append_trailing_newlines)
+
+
+def write_impl_step(dofn: Any, args: Any) -> "str | None":
+    """What a ParDo of Beam's ``WriteImpl`` (bounded) does, for a sink of Beam's own
+    ``FileBasedSink`` classes (``_TextSink``, Avro's, Parquet's, ...) writing a local path
+    given as a static value: ``"initialize"``, ``"pre_finalize"`` or ``"finalize"``; for
+    the steps of Beam's ``Create`` (its ``FlatMap`` of the encoded values, its ``Map`` of a
+    Beam coder's ``decode``, as ``WriteImpl``'s ``DoOnce`` has them): ``"create"``; None
+    for anything else (a user's sink class, a remote or deferred path, a user's function)."""
+    if not isinstance(dofn, _core.CallableWrapperDoFn):
+        return None
+    function = dofn._fn
+    code = getattr(function, "__code__", None)
+    if (getattr(function, "__qualname__", "") == "Map.<locals>.<lambda>"
+            and function.__module__ == _core.__name__ and "fn" in code.co_freevars):
+        # Map's wrapper (with or without extra arguments): the function it calls
+        function = function.__closure__[code.co_freevars.index("fn")].cell_contents
+        code = getattr(function, "__code__", None)
+    owner = getattr(function, "__self__", None)
+    if owner is not None:  # Create's Map(coder.decode)
+        module = type(owner).__module__
+        return ("create" if getattr(function, "__name__", "") == "decode"
+                and module.startswith("apache_beam.coders.") else None)
+    module = getattr(function, "__module__", "")
+    qualified = getattr(function, "__qualname__", "")
+    if module == _core.__name__ and qualified == "Create.expand.<locals>.<lambda>":
+        return "create"
+    if module != _iobase.__name__:
+        return None
+    if function is _iobase._pre_finalize:
+        step = "pre_finalize"
+    elif function is _iobase._finalize_write:
+        step = "finalize"
+    elif (qualified == "WriteImpl._expand_bounded.<locals>.<lambda>" and code is not None
+          and "initialize_write" in code.co_names):
+        step = "initialize"
+    else:
+        return None
+    return step if args and _beams_local_file_sink(args[0]) else None
+
+
+def _beams_local_file_sink(sink: Any) -> bool:
+    from apache_beam.io.filebasedsink import FileBasedSink
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.value_provider import StaticValueProvider
+
+    if not (isinstance(sink, FileBasedSink) and type(sink).__module__.startswith("apache_beam.")):
+        return False
+    prefix = sink.file_path_prefix
+    return isinstance(prefix, StaticValueProvider) and FileSystems.get_scheme(prefix.get()) in (
+        None, "file")

@@ -64,6 +64,10 @@ CHAINED_STEPS_URN = "beam:transform:spark_runner:chained_steps:v1"
 #: output several values is a loop of the chain's function, and a step invoked once per
 #: window of its element another: :func:`nested_blocks`).
 MAX_CHAIN_BLOCKS = 16
+
+#: The annotation of a transform the runner runs with an operation of its own (the value
+#: names which): it is never chained.
+RUNNER_OPERATION = "spark_runner:operation"
 PRECOMBINE_URN = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
 
 _LOGGER = logging.getLogger(__name__)
@@ -76,6 +80,8 @@ def why_not_chained(transform: Any) -> Optional[str]:
     ``transform`` is a ``PTransform`` proto of a fused stage (a ``ParDo`` whose DoFn is
     unpickled here to ask Beam what it needs, or a ``WindowInto``).
     """
+    if RUNNER_OPERATION in transform.annotations:
+        return "the runner runs it with an operation of its own"
     if assigns_natively(transform):
         return None
     if transform.spec.urn != PAR_DO_URN:
