@@ -112,6 +112,10 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--no-chains", action="store_true",
                         help="run the SparkRunner with --chain_simple_steps=false: every step "
                              "as Beam's own operation (what chaining saves, in one run)")
+    parser.add_argument("--runner-option", action="append", default=[], metavar="OPTION",
+                        help="a pipeline option passed to the SparkRunner (and on Connect), "
+                             "repeatable, e.g. --runner-option=--bulk_text_io=false: the "
+                             "runner's new paths off, in the same code and run")
     parser.add_argument("--warmup-events", type=_count, default=20_000,
                         help="events of the unmeasured warm-up run per engine (0: none)")
     parser.add_argument("--repeat", type=_positive, default=1,
@@ -211,6 +215,7 @@ class Engines:
             options.append(f"--bundle_size={self.arguments.bundle_size}")
         if self.arguments.no_chains:
             options.append("--chain_simple_steps=false")
+        options.extend(self.arguments.runner_option)
         if engine == "connect":
             return run_beam(workload, event_set, self.spark_runner_class(self.connect_session),
                             options, timing=timing, inputs=inputs)
@@ -295,6 +300,7 @@ def _run(arguments: argparse.Namespace, engines: Engines, run_id: str, results_p
                "seed": arguments.seed, "shards": arguments.shards,
                "warmup_events": arguments.warmup_events, "cpus": os.cpu_count(),
                "chained_steps": not arguments.no_chains,
+               "runner_options": arguments.runner_option,
                "python": platform.python_version()}
 
     failures: List[str] = []

@@ -10,13 +10,13 @@ Two dimensions for every function's own time (cProfile's ``tottime``):
   machinery between steps: Beam's operations, the runner's, PySpark's. A function two
   steps share (one DoFn class in two steps) is counted under both names at once.
 - **the kind** of work (:func:`kind_of`): the text read (``_TextSource.read_records``, the
-  restriction tracker, the SDF wrapper and source), input decode, output encode, Beam's
-  operations and invokers (compiled: their calls to one another are invisible to cProfile,
-  so their time counts where Python last saw them), Beam's ``Map``/``Filter`` wrappers,
-  window assignment, ``Timestamp``, ``WindowedValue``, metrics, the sink, the runner's
-  chains and bundles, PySpark's worker and shuffle. A built-in function (``json``'s
-  scanner, ``bytes.find``, ``pickle.dumps``) is counted as the kind of the code that called
-  it.
+  restriction tracker, the SDF wrapper and source; or the runner's bulk read), input decode,
+  output encode, Beam's operations and invokers (compiled: their calls to one another are
+  invisible to cProfile, so their time counts where Python last saw them), Beam's
+  ``Map``/``Filter`` wrappers, window assignment, ``Timestamp``, ``WindowedValue``, metrics,
+  the sink, the runner's chains and bundles, PySpark's worker and shuffle. A built-in
+  function (``json``'s scanner, ``bytes.find``, ``pickle.dumps``) is counted as the kind of
+  the code that called it.
 
 cProfile measures wall time and slows down what calls many functions: every time is scaled
 to the label's measured CPU (:func:`breakdown`), and an estimate without cProfile's cost
@@ -46,6 +46,7 @@ NO_STEP = "(between steps)"
 READ_RECORDS = "text read: _TextSource.read_records"
 TRACKER = "text read: restriction tracker"
 SDF = "text read: SDF wrapper and source"
+BULK_READ = "text read: the runner's bulk read"
 DECODE = "input decode"
 ENCODE = "output encode"
 OPERATIONS = "Beam operations, invokers, output handlers"
@@ -75,6 +76,9 @@ _FILE_KINDS: Tuple[Tuple[str, str], ...] = (
     ("runners/spark/worker/metrics.py", METRICS),
     ("runners/spark/chains/", CHAINS),
     ("<chained steps>", CHAINS),
+    ("runners/spark/text_io/lines.py", BULK_READ),
+    ("runners/spark/text_io/read.py", BULK_READ),
+    ("runners/spark/text_io/write.py", SINK),
     ("runners/spark/", RUNNER),
     ("bench/nexmark/meters.py", METERS),
     ("bench/", USER),
@@ -284,11 +288,35 @@ def step_roots(pipeline: Any) -> Dict[str, str]:
                 method_value = getattr(type(dofn), method, None)
                 if getattr(method_value, "__module__", None) != "apache_beam.transforms.core":
                     add(method_value, node.full_label)  # not the base class's no-op
+            for substitute in _runner_substitutes(dofn):  # what runs Beam's step instead
+                add(substitute, node.full_label)
 
     pipeline.visit(Visitor())
     # A function several steps share (one DoFn class in two steps) is known by all their
     # names: a profile cannot tell its calls apart.
     return {key: " + ".join(names) for key, names in steps.items()}
+
+
+def _runner_substitutes(dofn: Any) -> List[Any]:
+    """The runner's functions that do a Beam step's per-element work in its place (the
+    bulk text read and the block writes of :mod:`runners.spark.text_io`)."""
+    from runners.spark.beam_internals import (
+        reads_bounded_sources,
+        text_range_reader,
+        text_sink_writer,
+    )
+    from runners.spark.text_io import read, write
+
+    if reads_bounded_sources(dofn):
+        return [read.BulkSourceRead.process]
+    if text_range_reader(dofn) is not None:
+        return [read.BulkRangeRead.process]
+    writer = text_sink_writer(dofn)
+    if writer == "bundle":
+        return [write.BulkTextWrite.process, write.BlockWriteBundleDoFn.process]
+    if writer == "keyed":
+        return [write.BlockWriteKeyedBundleDoFn.process]
+    return []
 
 
 def _step_shares(stats: Dict[Function, Any], roots: Dict[str, str]

@@ -24,6 +24,7 @@ Examples::
 
     python -m bench.nexmark.profile --events 200000
     python -m bench.nexmark.profile --events 200000 --queries nexmark_q0 --top 20
+    python -m bench.nexmark.profile --queries nexmark_q0 --runner-option=--bulk_text_io=false
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.nexmark import attribution, meters
 from bench.nexmark.baselines import run_nexmark_rdd
@@ -96,8 +97,10 @@ def _load() -> float:
 
 
 def _metered_run(session: Any, workload: str, event_set: EventSet, inputs: str,
-                 profile: bool, directory: str) -> Dict[str, Any]:
-    """One metered run of ``workload`` on the SparkRunner: its answer, times and meters."""
+                 profile: bool, directory: str, runner_options: Sequence[str] = ()
+                 ) -> Dict[str, Any]:
+    """One metered run of ``workload`` on the SparkRunner (given ``runner_options`` besides
+    the parallelism): its answer, times and meters."""
     from runners.spark import SparkRunner
 
     run_id = uuid.uuid4().hex
@@ -107,7 +110,8 @@ def _metered_run(session: Any, workload: str, event_set: EventSet, inputs: str,
     timing: Dict[str, float] = {}
     with meters.metering(directory, run_id, profile, stages):
         answer = run_nexmark(workload, event_set, SparkRunner(session),
-                             [f"--spark_parallelism={session.sparkContext.defaultParallelism}"],
+                             [f"--spark_parallelism={session.sparkContext.defaultParallelism}",
+                              *runner_options],
                              timing=timing, inputs=inputs)
     tree = _delta(before, process_tree_cpu())
     meters.flush_workers(session.sparkContext, directory, run_id)
@@ -146,17 +150,20 @@ def _per_event(seconds: float, events: int) -> float:
 
 def profile_query(session: Any, workload: str, event_set: EventSet, inputs: str,
                   pipeline_roots: Dict[str, str], overhead: Tuple[float, float],
-                  top: int) -> Dict[str, Any]:
-    """The timing, profile and RDD runs of one query, as a report (a dict)."""
+                  top: int, runner_options: Sequence[str] = ()) -> Dict[str, Any]:
+    """The timing, profile and RDD runs of one query, as a report (a dict); ``runner_options``
+    go to the SparkRunner."""
     expected = reference_answer(workload, event_set)
     with tempfile.TemporaryDirectory(prefix="bench-meters-") as timing_dir, \
             tempfile.TemporaryDirectory(prefix="bench-meters-") as profile_dir:
-        timed = _metered_run(session, workload, event_set, inputs, False, timing_dir)
-        profiled = _metered_run(session, workload, event_set, inputs, True, profile_dir)
+        timed = _metered_run(session, workload, event_set, inputs, False, timing_dir,
+                             runner_options)
+        profiled = _metered_run(session, workload, event_set, inputs, True, profile_dir,
+                                runner_options)
     rdd = _rdd_run(session, workload, event_set, inputs)
     events = event_set.events
     report: Dict[str, Any] = {
-        "workload": workload, "events": events,
+        "workload": workload, "events": events, "runner_options": list(runner_options),
         "answers_agree": {name: not describe_difference(expected, run["answer"])
                           for name, run in (("timing", timed), ("profile", profiled),
                                             ("rdd", rdd))},
@@ -215,7 +222,9 @@ def format_report(report: Dict[str, Any], minimum: float = 0.05) -> str:
     estimate first, down to ``minimum`` us per event."""
     runs = report["runs"]
     lines = [f"== {report['workload']}, {report['events']:,} events; answers agree: "
-             f"{report['answers_agree']}",
+             f"{report['answers_agree']}"
+             + (f"; runner options {' '.join(report['runner_options'])}"
+                if report.get("runner_options") else ""),
              f"{'run':<14} {'seconds':>8} {'load':>5} {'py us/ev':>9} {'JVM us/ev':>10}"]
     for name, run in runs.items():
         lines.append(f"{name:<14} {run['seconds']:8.2f} {run['load_average_1min']:5.1f} "
@@ -275,6 +284,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--top", type=int, default=12, help="functions listed per label (12)")
+    parser.add_argument("--runner-option", action="append", default=[], metavar="OPTION",
+                        help="a pipeline option for the SparkRunner, repeatable "
+                             "(--runner-option=--bulk_text_io=false)")
     parser.add_argument("--results-dir", type=os.path.abspath, default=str(RESULTS_DIR))
     arguments = parser.parse_args(argv)
     queries = [query.strip() for query in arguments.queries.split(",") if query.strip()]
@@ -299,14 +311,16 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             if arguments.warmup_events:
                 run_nexmark(workload, warmup_set, SparkRunner(session),
-                            [f"--spark_parallelism={arguments.parallelism}"],
+                            [f"--spark_parallelism={arguments.parallelism}",
+                             *arguments.runner_option],
                             inputs=warmup_inputs)
                 run_nexmark_rdd(workload, warmup_set, session.sparkContext,
                                 arguments.parallelism, inputs=warmup_inputs)
             pipeline = beam.Pipeline()
             build_query(pipeline, workload, inputs, os.path.join(tempfile.gettempdir(), "unused"))
             report = profile_query(session, workload, event_set, inputs,
-                                   attribution.step_roots(pipeline), overhead, arguments.top)
+                                   attribution.step_roots(pipeline), overhead, arguments.top,
+                                   arguments.runner_option)
             report["calibrated_overhead_us_per_call"] = [round(value * 1e6, 4)
                                                          for value in overhead]
             reports.append(report)
