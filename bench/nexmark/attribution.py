@@ -299,18 +299,18 @@ def step_roots(pipeline: Any) -> Dict[str, str]:
 
 def _runner_substitutes(dofn: Any) -> List[Any]:
     """The runner's functions that do a Beam step's per-element work in its place (the
-    bulk text read and the block writes of :mod:`runners.spark.text_io`)."""
+    bulk text read and the block writes of :mod:`runners.spark.text_io`). A read's are its
+    generators of records, not its operation's ``process``: that hands each record on down
+    the stage, and a root's callees count under its step."""
     from runners.spark.beam_internals import (
         reads_bounded_sources,
         text_range_reader,
         text_sink_writer,
     )
-    from runners.spark.text_io import read, write
+    from runners.spark.text_io import lines, write
 
-    if reads_bounded_sources(dofn):
-        return [read.BulkSourceRead.process]
-    if text_range_reader(dofn) is not None:
-        return [read.BulkRangeRead.process]
+    if reads_bounded_sources(dofn) or text_range_reader(dofn) is not None:
+        return [lines.records, lines.decoded]
     writer = text_sink_writer(dofn)
     if writer == "bundle":
         return [write.BulkTextWrite.process, write.BlockWriteBundleDoFn.process]
