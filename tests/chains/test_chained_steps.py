@@ -162,6 +162,22 @@ def stamp(x):
     return TimestampedValue(x, 1000 + 7 * x)
 
 
+#: The ``Timestamp`` object each value was stamped with by :func:`stamp_kept`, last run.
+STAMPED: dict[int, Timestamp] = {}
+
+
+def stamp_kept(x):
+    _tick("stamp_kept")
+    STAMPED[x] = Timestamp(1000 + 7 * x)
+    return TimestampedValue(x, STAMPED[x])
+
+
+def same_stamp(x, timestamp=beam.DoFn.TimestampParam):
+    """Whether the timestamp handed in is the very object :func:`stamp_kept` stamped."""
+    _tick("same_stamp")
+    return (x, timestamp is STAMPED.get(x), timestamp.micros)
+
+
 def global_windowed(x):
     _tick("global_windowed")
     return WindowedValue(x, 77, [GlobalWindow()])
@@ -1278,6 +1294,21 @@ def test_a_failing_setup_is_raised_as_beam_raises_it():
 
 # ---------------------------------------------------------------------------------------
 # Parameters and bundle methods, spelled out.
+
+@pytest.mark.parametrize("windowing", WINDOWS)
+def test_a_timestamped_value_hands_its_own_timestamp_on_as_beam(windowing):
+    """Beam's output handler makes the element of a ``TimestampedValue`` with that value's
+    own ``Timestamp``: the next step asking for its timestamp gets that very object (none
+    made again from microseconds), in the global window and in sliding windows."""
+    proto = build_proto(lambda pc: pc | "Stamp" >> beam.Map(stamp_kept)
+                        | "Same" >> beam.Map(same_stamp), windowing)
+    off, on = run_both(proto, "Stamp", inputs_for(range(4), windowing))
+    assert on.chains == [["Stamp", "Same"]]
+    assert on.elements == off.elements
+    assert {value for (value, *_) in on.elements} == {
+        (x, True, (1000 + 7 * x) * 1_000_000) for x in range(4)}
+    assert on.user_metrics == off.user_metrics
+
 
 def test_a_step_asking_for_its_window_runs_once_per_window_as_beam():
     """What Beam's PerWindowInvoker gives, spelled out: an element in three windows is

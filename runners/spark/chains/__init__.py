@@ -32,7 +32,8 @@ The design:
   the ``WindowedValue`` whose timestamp, windows and pane it has, a new one made only
   where a step changes them (a ``TimestampedValue``, a ``WindowInto``, an invocation per
   window). Parameters are bound from that carrier: one ``Timestamp`` per carrier shared
-  by every step that reads it, the window of the invocation, the pane. Bundle methods run
+  by every step that reads it (a ``TimestampedValue``'s own, as Beam's output handler
+  keeps it), the window of the invocation, the pane. Bundle methods run
   in Beam's order (started last to first, finished first to last, what ``finish_bundle``
   outputs going through the steps after it); metrics go to the running step's cells; element counts and sampled sizes of
   every PCollection between the steps are kept as Beam's consumer sets keep them; errors

@@ -35,7 +35,10 @@ generator resumed by ``for``, the handling of its results, or, for the last step
 Beam operation it hands on to, as in Beam), for the metrics container and for the step
 named in an error. A step's ``process`` parameters are bound from the element's carrier as
 Beam's invoker binds them: ``carrier.timestamp`` (one ``Timestamp`` per carrier, made once
-and shared by every step reading it), ``carrier.pane_info``, and the window of the
+and shared by every step reading it; a carrier made of a ``TimestampedValue`` holds that
+value's own ``Timestamp``, as the ``WindowedValue`` of Beam's output handler does, so the
+next step asking for it gets the step's object and none is made again from microseconds),
+``carrier.pane_info``, and the window of the
 invocation; a step asking for the window runs once per window of an element in several,
 each time with a carrier of its own holding that window alone (and no pane, as Beam's).
 
@@ -242,8 +245,8 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
         # resolve does for it, without its call).
         windows_at = code.bind(f"windows_at_{index}", step.windows_at)
         code.line(f"    if type({out}) is TimestampedValue:")
-        code.line(f"        micros = {out}.timestamp.micros")
-        code.line(f"        {new_carrier} = create({out}.value, micros, {windows_at}(micros))")
+        code.line(f"        {new_carrier} = WindowedValue({out}.value, {out}.timestamp, None)")
+        code.line(f"        {new_carrier}.windows = {windows_at}({new_carrier}.timestamp_micros)")
         code.line(f"        if len({carrier}.windows) != 1:")
         code.line(f"            {new_carrier}.windows *= len({carrier}.windows)")
         code.line("    else:")

@@ -28,7 +28,6 @@ from runners.spark.beam_internals import (
     WindowFn,
     beam_runner_api_pb2,
     bundle_methods,
-    create_windowed_value,
     dofn_data,
     is_callable_wrapper,
     process_arguments,
@@ -151,8 +150,9 @@ class ChainedStep:
                 element.windows *= len(carrier.windows)
         elif isinstance(result, TimestampedValue):
             if self.windows_at is not None:  # a standard WindowFn: what assign gives
-                micros = result.timestamp.micros
-                element = create_windowed_value(result.value, micros, self.windows_at(micros))
+                timestamp = result.timestamp  # kept, as Beam's output handler keeps it
+                element = WindowedValue(result.value, timestamp,
+                                        self.windows_at(timestamp.micros))
             else:
                 element = WindowedValue(result.value, result.timestamp, self.window_fn.assign(
                     WindowFn.AssignContext(result.timestamp, result.value)))
