@@ -19,9 +19,11 @@ Engines (``--only``):
 same master, and the run records whether it reused that session). Every engine first runs
 every workload once at ``--warmup-events`` (JVM JIT, Python workers forked and their
 imports done, Beam's own caches), unmeasured, before the measured runs.
-``parse_filter_project`` reads files (``bench.bids``): they are written once per event set,
-before any engine runs it and outside every timing, read by every engine, and removed
-when the benchmark ends. Every answer,
+``parse_filter_project`` reads files (``bench.bids``), and so do Beam's Nexmark workloads
+(``nexmark_q0``, ``nexmark_q1``, ``nexmark_q2``, ``nexmark_windowed_sum``: Beam's own
+queries, parser and monitors on Nexmark's events; ``bench.nexmark``): they are written once
+per event set, before any engine runs them and outside every timing, read by every engine,
+and removed when the benchmark ends. Every answer,
 warm-up or measured, is compared with a plain Python loop's; any difference fails the run
 (exit status 1) after the table is printed.
 
@@ -51,6 +53,8 @@ from typing import Any, Callable, Dict, List, Optional
 from bench.answers import reference_answer
 from bench.bids import BidFiles
 from bench.memory import PeakMemory
+from bench.nexmark.events import EventFiles
+from bench.nexmark.queries import WORKLOADS as NEXMARK_WORKLOADS
 from bench.report import RESULTS_DIR, format_table, ratios, write_jsonl
 from bench.workloads import (
     READS_FILES,
@@ -60,6 +64,9 @@ from bench.workloads import (
 )
 
 ENGINES = ("pyspark", "dataframe", "spark", "connect", "direct")
+#: Every workload: the benchmark's own (``bench.workloads``), then Beam's Nexmark
+#: (``bench.nexmark``).
+ALL_WORKLOADS = WORKLOADS + NEXMARK_WORKLOADS
 
 
 def _count(text: str) -> int:
@@ -94,8 +101,8 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--only", type=_choices(ENGINES), default=list(ENGINES),
                         help="engines, comma-separated: pyspark,dataframe,spark,connect,direct "
                              "(all)")
-    parser.add_argument("--workloads", type=_choices(WORKLOADS), default=list(WORKLOADS),
-                        help=f"workloads, comma-separated: {','.join(WORKLOADS)} (all)")
+    parser.add_argument("--workloads", type=_choices(ALL_WORKLOADS), default=list(ALL_WORKLOADS),
+                        help="workloads, comma-separated: " + ",".join(ALL_WORKLOADS) + " (all)")
     parser.add_argument("--seed", type=int, default=2024, help="event generator seed (2024)")
     parser.add_argument("--shards", type=int, default=8, help="generator shards (8)")
     parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
@@ -105,6 +112,10 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--no-chains", action="store_true",
                         help="run the SparkRunner with --chain_simple_steps=false: every step "
                              "as Beam's own operation (what chaining saves, in one run)")
+    parser.add_argument("--runner-option", action="append", default=[], metavar="OPTION",
+                        help="a pipeline option passed to the SparkRunner (and on Connect), "
+                             "repeatable, e.g. --runner-option=--bulk_text_io=false: the "
+                             "runner's new paths off, in the same code and run")
     parser.add_argument("--warmup-events", type=_count, default=20_000,
                         help="events of the unmeasured warm-up run per engine (0: none)")
     parser.add_argument("--repeat", type=_positive, default=1,
@@ -127,10 +138,13 @@ class Engines:
         self.connect_server: Any = None
         self.connect_session: Any = None
         self.bid_files = BidFiles()
+        self.nexmark_files = EventFiles()
 
     def inputs(self, workload: str, event_set: EventSet) -> Optional[str]:
         """The pattern of ``workload``'s input files over ``event_set`` (written on the first
         call: make it before any clock starts), or None for a workload that reads none."""
+        if workload in NEXMARK_WORKLOADS:
+            return self.nexmark_files.pattern(event_set)
         return self.bid_files.pattern(event_set) if workload in READS_FILES else None
 
     def prepare(self, engines: List[str]) -> None:
@@ -161,6 +175,7 @@ class Engines:
 
     def close(self) -> None:
         self.bid_files.close()
+        self.nexmark_files.close()
         if self.connect_session is not None:
             self.connect_session.stop()
             self.connect_session = None
@@ -201,6 +216,7 @@ class Engines:
             options.append(f"--bundle_size={self.arguments.bundle_size}")
         if self.arguments.no_chains:
             options.append("--chain_simple_steps=false")
+        options.extend(self.arguments.runner_option)
         if engine == "connect":
             return run_beam(workload, event_set, self.spark_runner_class(self.connect_session),
                             options, timing=timing, inputs=inputs)
@@ -285,6 +301,7 @@ def _run(arguments: argparse.Namespace, engines: Engines, run_id: str, results_p
                "seed": arguments.seed, "shards": arguments.shards,
                "warmup_events": arguments.warmup_events, "cpus": os.cpu_count(),
                "chained_steps": not arguments.no_chains,
+               "runner_options": arguments.runner_option,
                "python": platform.python_version()}
 
     failures: List[str] = []

@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Any, Dict, List, Tuple
 
 from bench.bids import reference_digest
+from bench.nexmark import queries as nexmark
 from bench.workloads import (
     ELEMENT_WISE,
     GLOBAL_SUM,
@@ -34,6 +35,8 @@ from bench.workloads import (
 
 def reference_answer(workload: str, event_set: EventSet) -> Any:
     """The answer computed by a plain Python loop: what every engine must reproduce."""
+    if workload in nexmark.WORKLOADS:
+        return nexmark.reference_answer(workload, event_set)
     check_workload(workload)
     if workload == GLOBAL_SUM:
         return sum(score for shard in event_set.shards() for _, score, _ in generate_shard(*shard))

@@ -15,6 +15,8 @@ through ``map``/``filter`` (parse, keep, project, format); with a DataFrame, ``f
 with the bids' schema, ``where``, and the record's line built by ``concat`` (every field an
 integer: the same bytes as :func:`~bench.workloads.output_line`), all in the JVM.
 
+Beam's Nexmark workloads are written by hand in :mod:`bench.nexmark.baselines`.
+
 ``timing``, when given, receives ``seconds``: the computation and its output, without the
 read-back of written lines that only the check needs.
 
@@ -32,6 +34,8 @@ import time
 from typing import Any, Dict, Optional
 
 from bench.bids import BID_FILTER_MODULUS, BID_SCHEMA, bid_files, keep_bid, parse_bid, project_bid
+from bench.nexmark.baselines import run_nexmark_dataframe, run_nexmark_rdd
+from bench.nexmark.queries import WORKLOADS as NEXMARK_WORKLOADS
 from bench.workloads import (
     CONVERSION_DENOMINATOR,
     CONVERSION_NUMERATOR,
@@ -78,7 +82,9 @@ def run_pyspark(workload: str, event_set: EventSet, spark_context: Any, partitio
                 timing: Optional[Dict[str, float]] = None, inputs: Optional[str] = None) -> Any:
     """Compute ``workload`` over ``event_set`` with RDDs; the answer as in ``workloads``
     (``inputs``: the pattern of ``parse_filter_project``'s bid files; None: written here
-    before the clock starts)."""
+    before the clock starts; Beam's Nexmark workloads: :mod:`bench.nexmark.baselines`)."""
+    if workload in NEXMARK_WORKLOADS:
+        return run_nexmark_rdd(workload, event_set, spark_context, partitions, timing, inputs)
     check_workload(workload)
     timing = {} if timing is None else timing
     if workload == PARSE_FILTER_PROJECT:
@@ -117,6 +123,9 @@ def run_dataframe(workload: str, event_set: EventSet, spark_session: Any, partit
     ``workloads`` (``inputs`` as for :func:`run_pyspark`)."""
     from pyspark.sql import functions
 
+    if workload in NEXMARK_WORKLOADS:
+        return run_nexmark_dataframe(workload, event_set, spark_session, partitions, timing,
+                                     inputs)
     check_workload(workload)
     timing = {} if timing is None else timing
     if workload == PARSE_FILTER_PROJECT:

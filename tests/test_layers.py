@@ -22,6 +22,7 @@ Inside the runner, its packages stand on floors (:data:`RUNNER_FLOORS`), from th
     worker/                         what runs in a task's Python worker
     dependencies/                   code and packages shipped to the workers
     planning/                       from a pipeline to a plan of fused stages
+    text_io/                        Beam's text IO as the runner's own operations
     chains/                         element-only steps as the runner's own operations
     options  beam_internals         the runner's options; Beam's private APIs, in one module
     fast_paths  executor_identity   Beam's hot paths, installed by beam_internals; which
@@ -75,6 +76,7 @@ RUNNER_FLOORS: Tuple[Tuple[str, ...], ...] = tuple(
         ("worker",),
         ("dependencies",),
         ("planning",),
+        ("text_io",),
         ("chains",),
         ("options", "beam_internals"),
         ("fast_paths", "executor_identity"),

@@ -535,8 +535,10 @@ from apache_beam.utils.windowed_value import create as create_windowed_value  # 
 from apache_beam.internal.util import ArgumentPlaceholder  # noqa: E402
 from apache_beam.metrics.execution import MetricsContainer  # noqa: E402
 from apache_beam.pvalue import TaggedOutput  # noqa: E402
+from apache_beam.runners import common as _common  # noqa: E402
 from apache_beam.runners.common import DoFnSignature  # noqa: E402
 from apache_beam.runners.worker.opcounters import OperationCounters  # noqa: E402
+from apache_beam.runners.worker.statesampler import StateSampler  # noqa: E402
 from apache_beam.transforms import core as _core  # noqa: E402
 from apache_beam.transforms.window import TimestampedValue, WindowFn  # noqa: E402
 from apache_beam.utils.windowed_value import WindowedValue  # noqa: E402
@@ -554,13 +556,22 @@ def dofn_data(payload: "beam_runner_api_pb2.ParDoPayload") -> "tuple[Any, ...]":
 #: contexts, which are classes).
 _PROCESS_PARAMETER_TYPES = (_core._DoFnParam, _core._StateDoFnParam, _core._TimerDoFnParam,
                             _core._BundleContextParam, type)
+#: The ``process`` parameters a chain binds from the element's ``WindowedValue``, by the
+#: name :func:`process_arguments` gives them.
+CHAINED_PARAMETERS = {
+    "element": _core.DoFn.ElementParam,
+    "timestamp": _core.DoFn.TimestampParam,
+    "window": _core.DoFn.WindowParam,
+    "pane": _core.DoFn.PaneInfoParam,
+}
 
 
-def needs_more_than_the_element(dofn: Any) -> "str | None":
-    """Why a DoFn needs more of the runner than its ``process(element)`` being called and
-    its outputs handed on (None: it needs nothing more). Beam's own signature of the DoFn
-    decides: state, timers, splitting, batches, a parameter of ``process`` (timestamp,
-    window, pane, key, side input, ...), or bundle methods of its own."""
+def why_not_chained_dofn(dofn: Any) -> "str | None":
+    """Why a DoFn cannot run in a chain of steps (None: it can). Beam's own signature of the
+    DoFn decides: state, timers, splitting, batches, a ``process`` parameter other than the
+    element, its timestamp, window and pane (key, side input, windowed value, bundle
+    finalizer, contexts, ...), parameters of its bundle or lifecycle methods, runtime type
+    checks."""
     kind = type(dofn)
     if kind.__module__.startswith("apache_beam.typehints") or "TypeCheck" in kind.__name__:
         return "runtime type checking wraps it"
@@ -575,15 +586,49 @@ def needs_more_than_the_element(dofn: Any) -> "str | None":
             signature.process_method.method_value, "_beam_yields_batches", False):
         return "it processes batches"
     for default in signature.process_method.defaults:
-        if isinstance(default, _PROCESS_PARAMETER_TYPES):
+        if isinstance(default, _PROCESS_PARAMETER_TYPES) and not any(
+                default == parameter for parameter in CHAINED_PARAMETERS.values()):
             return f"process asks for {default}"
     if (signature.setup_lifecycle_method.defaults
             or signature.teardown_lifecycle_method.defaults):
         return "its setup or teardown asks for parameters"
-    for method in ("start_bundle", "finish_bundle"):
-        if getattr(kind, method) is not getattr(_core.DoFn, method):
-            return f"it defines {method}"
+    if (signature.start_bundle_method.defaults
+            or signature.finish_bundle_method.defaults):
+        return "its start_bundle or finish_bundle asks for parameters"
     return None
+
+
+def process_arguments(dofn: Any, args: Any, kwargs: Any) -> "tuple[list[Any], dict[str, Any]]":
+    """The arguments Beam's invoker calls a DoFn's ``process`` with (Beam 2.77's
+    ``_get_arg_placeholders``): positional ones, each ``(name, None)`` for a value taken from
+    the element (a name of :data:`CHAINED_PARAMETERS`) or ``(None, value)`` for a
+    constant; and the keyword arguments (constants). For a DoFn that
+    :func:`why_not_chained_dofn` accepts, without side inputs."""
+    signature = DoFnSignature(dofn)
+    placeholders, with_placeholders, keywords = _common._get_arg_placeholders(
+        signature.process_method, list(args), dict(kwargs))
+    positional: "list[Any]" = [(None, value) for value in with_placeholders]
+    for index, parameter in placeholders:
+        names = [name for name, known in CHAINED_PARAMETERS.items() if parameter == known]
+        if not names:
+            raise ValueError(f"a chained DoFn's process asks for {parameter}")
+        positional[index] = (names[0], None)
+    return positional, dict(keywords or {})
+
+
+def process_asks_for_window(dofn: Any) -> bool:
+    """Whether Beam invokes ``process`` once per window of an element: when it asks for its
+    window (``PerWindowInvoker.has_windowed_inputs``, without side inputs or state)."""
+    return any(_core.DoFn.WindowParam == default
+               for default in DoFnSignature(dofn).process_method.defaults)
+
+
+def bundle_methods(dofn: Any) -> "tuple[Any, Any]":
+    """A DoFn's own ``start_bundle`` and ``finish_bundle`` (bound), each None where it keeps
+    ``DoFn``'s (which does nothing)."""
+    kind = type(dofn)
+    return tuple(getattr(dofn, name) if getattr(kind, name) is not getattr(_core.DoFn, name)
+                 else None for name in ("start_bundle", "finish_bundle"))
 
 
 def _wrapper_code(transform: Any) -> Any:
@@ -594,26 +639,30 @@ def _plain(element):
     return element
 
 
-#: Beam's wrapper around a user's function, by the transform that makes it (one-argument
-#: functions, no extra arguments): the wrapper's code object, equal to that of every
-#: wrapper the transform makes (also once pickled and unpickled: code objects compare by
-#: their bytecode, constants, names and line numbers).
-_WRAPPERS = {
-    "Map": _wrapper_code(_core.Map(_plain)),
-    "Filter": _wrapper_code(_core.Filter(_plain)),
-    "MapTuple": _wrapper_code(_core.MapTuple(lambda key, value: key)),
-    "FlatMapTuple": _wrapper_code(_core.FlatMapTuple(lambda key, value: [key])),
-}
+#: Beam's wrappers around a user's function, by the transform that makes them: each
+#: wrapper's code object, equal to that of every wrapper the transform makes (also once
+#: pickled and unpickled: code objects compare by their bytecode, constants, names and line
+#: numbers). ``Map`` has two: for a function of the element alone, and for one with more
+#: parameters (extra arguments, ``DoFn.TimestampParam``, ...), which the wrapper passes on
+#: as they are; ``Filter`` has one, which passes them on too.
+_WRAPPERS = (
+    ("Map", _wrapper_code(_core.Map(_plain))),
+    ("Map", _wrapper_code(_core.Map(lambda element, extra=None: element))),
+    ("Filter", _wrapper_code(_core.Filter(_plain))),
+    ("MapTuple", _wrapper_code(_core.MapTuple(lambda key, value: key))),
+    ("FlatMapTuple", _wrapper_code(_core.FlatMapTuple(lambda key, value: [key]))),
+)
 
 
 def unwrapped_function(dofn: Any) -> "tuple[str, Any] | None":
-    """``(kind, the user's function)`` when ``dofn`` is Beam's wrapper for ``Map``,
-    ``Filter``, ``MapTuple`` or ``FlatMapTuple`` of a plain function; None for any other
-    DoFn (``FlatMap``'s function is the DoFn's ``process`` itself)."""
+    """``(kind, the user's function)`` when ``dofn`` is Beam's wrapper for ``Map`` or
+    ``Filter`` (the function takes what ``process`` is given: :func:`process_arguments`),
+    or for ``MapTuple`` or ``FlatMapTuple`` of a function of the element's parts alone;
+    None for any other DoFn (``FlatMap``'s function is the DoFn's ``process`` itself)."""
     if type(dofn) is not _core.CallableWrapperDoFn:
         return None
     code = getattr(dofn._fn, "__code__", None)
-    for kind, wrapper_code in _WRAPPERS.items():
+    for kind, wrapper_code in _WRAPPERS:
         if code == wrapper_code and code.co_filename == wrapper_code.co_filename and (
                 "fn" in code.co_freevars):
             return kind, dofn._fn.__closure__[code.co_freevars.index("fn")].cell_contents
@@ -654,3 +703,160 @@ def resolve_runner_name(name: str, runner_path: str) -> None:
     ``Runner`` suffix, as Beam matches names) to the class at ``runner_path``
     (``"package.module.Class"``), in this process; every other name stays Beam's."""
     _runner._RUNNER_MAP[name.lower()] = runner_path
+
+
+# Runner-native text IO (runners/spark/text_io/): Beam's text source and sink recognized by
+# their classes, their settings read off them, and Beam's ParDo operations built with the
+# runner's operation class.
+from apache_beam.io import filebasedsource as _filebasedsource  # noqa: E402
+from apache_beam.io import iobase as _iobase  # noqa: E402
+from apache_beam.io import textio as _textio  # noqa: E402
+from apache_beam.io.range_trackers import OffsetRangeTracker as _OffsetRangeTracker  # noqa: E402
+from apache_beam.runners.worker.bundle_processor import (  # noqa: E402
+    _create_pardo_operation as create_pardo_operation,
+)
+
+_BOUNDED_SOURCE_DOFN = "SDFBoundedSourceReader._create_sdf_bounded_source_dofn.<locals>." \
+    "SDFBoundedSourceDoFn"
+
+
+def reads_bounded_sources(dofn: Any) -> bool:
+    """Whether ``dofn`` is the splittable DoFn of Beam's ``Read`` of a ``BoundedSource``
+    (``SDFBoundedSourceReader``'s, a class Beam defines anew for each ``Read``)."""
+    kind = type(dofn)
+    return kind.__module__ == _iobase.__name__ and kind.__qualname__ == _BOUNDED_SOURCE_DOFN
+
+
+def text_range_reader(dofn: Any) -> "tuple[Any, bool] | None":
+    """``(source_from_file, with_filename)`` of the ``_ReadRange`` DoFn of Beam's
+    ``ReadAllFromText`` (its ``ReadAllFiles`` over text sources that Beam's own
+    ``_create_text_source`` makes); None for any other DoFn."""
+    import functools
+
+    if type(dofn) is not _filebasedsource._ReadRange:
+        return None
+    source_from_file = dofn._source_from_file
+    if not (isinstance(source_from_file, functools.partial)
+            and source_from_file.func is _textio._create_text_source):
+        return None
+    return source_from_file, bool(dofn._with_filename)
+
+
+def restriction_range(restriction: Any) -> "tuple[Any, int, int | None] | None":
+    """``(source, start, stop)`` of the restriction of Beam's bounded-source SDF (``stop``
+    None: unbounded, the whole of an unsplittable file); None for another restriction."""
+    if type(restriction) is not _iobase._SDFBoundedSourceRestriction:
+        return None
+    bundle = restriction._source_bundle
+    stop = bundle.stop_position
+    return (bundle.source, bundle.start_position,
+            None if stop == _OffsetRangeTracker.OFFSET_INFINITY else stop)
+
+
+def text_file_of(source: Any) -> "tuple[Any, str] | None":
+    """``(text source, file name)`` of one file's source (``_SingleFileSource``) over Beam's
+    own ``_TextSource`` or ``_TextSourceWithFilename`` (not a subclass: a user's read
+    records their own way); None for any other source."""
+    if type(source) is not _filebasedsource._SingleFileSource:
+        return None
+    text_source = source._file_based_source
+    if type(text_source) not in (_textio._TextSource, _textio._TextSourceWithFilename):
+        return None
+    return text_source, source._file_name
+
+
+def text_source_settings(text_source: Any) -> "dict[str, Any] | None":
+    """What Beam's ``_TextSource`` reads by: ``delimiter``, ``escapechar``,
+    ``strip_trailing_newlines``, ``skip_header_lines``, ``coder`` and ``with_filename``;
+    None when it matches header lines with functions (read by Beam's own path)."""
+    if text_source._header_matcher is not None or text_source._header_processor is not None:
+        return None
+    return {
+        "delimiter": text_source._delimiter,
+        "escapechar": text_source._escapechar,
+        "strip_trailing_newlines": bool(text_source._strip_trailing_newlines),
+        "skip_header_lines": text_source._skip_header_lines,
+        "coder": text_source._coder,
+        "with_filename": type(text_source) is _textio._TextSourceWithFilename,
+    }
+
+
+def serialized_dofn_data(payload: "beam_runner_api_pb2.ParDoPayload") -> bytes:
+    """A ParDo payload's pickled ``(dofn, args, kwargs, side inputs, windowing)``, as the SDK
+    harness's ParDo factories hand it to ``create_pardo_operation``."""
+    return _core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
+
+
+from apache_beam.io.iobase import _WriteBundleDoFn as WriteBundleDoFn  # noqa: E402
+from apache_beam.io.iobase import _WriteKeyedBundleDoFn as WriteKeyedBundleDoFn  # noqa: E402
+
+
+def text_sink_writer(dofn: Any) -> "str | None":
+    """``"bundle"`` or ``"keyed"`` when ``dofn`` is the writing step of Beam's ``WriteImpl``
+    (``_WriteBundleDoFn``: a file per bundle; ``_WriteKeyedBundleDoFn``: a file per shard,
+    ``num_shards``) of Beam's own ``_TextSink`` (not a subclass: a user's sink writes its own
+    way) with no limit of records or bytes per file; None for any other DoFn."""
+    kind = type(dofn)
+    if kind not in (WriteBundleDoFn, WriteKeyedBundleDoFn):
+        return None
+    sink = dofn.sink
+    if (type(sink) is not _textio._TextSink or sink.max_records_per_shard
+            or sink.max_bytes_per_shard or getattr(dofn, "_runtime_output_constraints", None)):
+        return None
+    return "bundle" if kind is WriteBundleDoFn else "keyed"
+
+
+def appends_newlines(text_sink: Any) -> bool:
+    """Whether Beam's ``_TextSink`` writes ``\\n`` after each record."""
+    return bool(text_sink._append_trailing_newlines)
+
+
+def write_impl_step(dofn: Any, args: Any) -> "str | None":
+    """What a ParDo of Beam's ``WriteImpl`` (bounded) does, for a sink of Beam's own
+    ``FileBasedSink`` classes (``_TextSink``, Avro's, Parquet's, ...) writing a local path
+    given as a static value: ``"initialize"``, ``"pre_finalize"`` or ``"finalize"``; for
+    the steps of Beam's ``Create`` (its ``FlatMap`` of the encoded values, its ``Map`` of a
+    Beam coder's ``decode``, as ``WriteImpl``'s ``DoOnce`` has them): ``"create"``; None
+    for anything else (a user's sink class, a remote or deferred path, a user's function)."""
+    if not isinstance(dofn, _core.CallableWrapperDoFn):
+        return None
+    function = dofn._fn
+    code = getattr(function, "__code__", None)
+    if (getattr(function, "__qualname__", "") == "Map.<locals>.<lambda>"
+            and function.__module__ == _core.__name__ and "fn" in code.co_freevars):
+        # Map's wrapper (with or without extra arguments): the function it calls
+        function = function.__closure__[code.co_freevars.index("fn")].cell_contents
+        code = getattr(function, "__code__", None)
+    owner = getattr(function, "__self__", None)
+    if owner is not None:  # Create's Map(coder.decode)
+        module = type(owner).__module__
+        return ("create" if getattr(function, "__name__", "") == "decode"
+                and module.startswith("apache_beam.coders.") else None)
+    module = getattr(function, "__module__", "")
+    qualified = getattr(function, "__qualname__", "")
+    if module == _core.__name__ and qualified == "Create.expand.<locals>.<lambda>":
+        return "create"
+    if module != _iobase.__name__:
+        return None
+    if function is _iobase._pre_finalize:
+        step = "pre_finalize"
+    elif function is _iobase._finalize_write:
+        step = "finalize"
+    elif (qualified == "WriteImpl._expand_bounded.<locals>.<lambda>" and code is not None
+          and "initialize_write" in code.co_names):
+        step = "initialize"
+    else:
+        return None
+    return step if args and _beams_local_file_sink(args[0]) else None
+
+
+def _beams_local_file_sink(sink: Any) -> bool:
+    from apache_beam.io.filebasedsink import FileBasedSink
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.value_provider import StaticValueProvider
+
+    if not (isinstance(sink, FileBasedSink) and type(sink).__module__.startswith("apache_beam.")):
+        return False
+    prefix = sink.file_path_prefix
+    return isinstance(prefix, StaticValueProvider) and FileSystems.get_scheme(prefix.get()) in (
+        None, "file")

@@ -11,6 +11,13 @@ other settings are ours:
 ``--bundle_size N``          at most N elements per bundle (default: one bundle per partition)
 ``--chain_simple_steps B``   run each run of element-only steps of a stage (Map, Filter, ...)
                              as one loop (default true; see :mod:`runners.spark.chains.planning`)
+``--bulk_text_io B``         read and write Beam's text files (ReadFromText, ReadAllFromText,
+                             WriteToText, ...) a chunk at a time with Beam's semantics
+                             (default true; see :mod:`runners.spark.text_io`)
+``--write_stages_in_driver B``  run the one-element stages of Beam's file writes (initialize,
+                             pre-finalize, finalize) in the driver where the workers run
+                             beside it (default true; see
+                             :mod:`runners.spark.text_io.sink_stages`)
 
 Streaming (``--streaming``; see :mod:`runners.spark.streaming`):
 
@@ -104,6 +111,31 @@ class SparkRunnerOptions(PipelineOptions):
             "the functions directly, instead of one Beam operation per step. Same elements, "
             "timestamps, windows, panes, errors and metrics. Default: true; false gives "
             "every step Beam's own operation.",
+        )
+        parser.add_argument(
+            "--bulk_text_io",
+            type=_boolean,
+            default=True,
+            metavar="true|false",
+            help="Read the ranges of Beam's own text source (ReadFromText, "
+            "ReadFromTextWithFilename, ReadAllFromText) a chunk at a time instead of a line "
+            "at a time through its range tracker, and write Beam's own text sink "
+            "(WriteToText) a block of records at a time: the same lines, bytes, "
+            "timestamps, windows, errors and metrics. A source or sink of another class "
+            "keeps Beam's. Default: true; false reads and writes every text file through "
+            "Beam's own operations.",
+        )
+        parser.add_argument(
+            "--write_stages_in_driver",
+            type=_boolean,
+            default=True,
+            metavar="true|false",
+            help="In batch, run the one-element stages around a write of Beam's own file "
+            "sinks (WriteToText, ...: initialize, pre-finalize, finalize) in the driver "
+            "instead of a Spark job each, when every task would run on the driver's host "
+            "in its directory (a local master whose workers see the driver's directory): "
+            "the same Beam code on the same files. A user's own sink class, remote "
+            "storage, and a cluster keep Spark jobs. Default: true.",
         )
         parser.add_argument(
             "--batch_interval_seconds",

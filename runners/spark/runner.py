@@ -129,7 +129,8 @@ class SparkRunner(PipelineRunner):
                               if view.checkpoint_dir else None)
         plan = execution_plan.plan(proto, streaming=streaming, native_reshuffle=not (
             options.is_compat_version_prior_to(RESHUFFLE_KEEPS_PANES_SINCE)),
-            chain_steps=view.chain_simple_steps)
+            chain_steps=view.chain_simple_steps, text_io=view.bulk_text_io,
+            driver_stages=view.write_stages_in_driver)
         backend = self.backend(options)
         # Relative paths mean the driver's working directory as it is now, at the start.
         directory = os.getcwd()

@@ -45,6 +45,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.runners.pipeline_context import PipelineContext
+from apache_beam.testing.benchmarks.nexmark.monitor import Monitor
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import combiners, userstate
 from apache_beam.transforms.window import (
@@ -161,6 +162,22 @@ def stamp(x):
     return TimestampedValue(x, 1000 + 7 * x)
 
 
+#: The ``Timestamp`` object each value was stamped with by :func:`stamp_kept`, last run.
+STAMPED: dict[int, Timestamp] = {}
+
+
+def stamp_kept(x):
+    _tick("stamp_kept")
+    STAMPED[x] = Timestamp(1000 + 7 * x)
+    return TimestampedValue(x, STAMPED[x])
+
+
+def same_stamp(x, timestamp=beam.DoFn.TimestampParam):
+    """Whether the timestamp handed in is the very object :func:`stamp_kept` stamped."""
+    _tick("same_stamp")
+    return (x, timestamp is STAMPED.get(x), timestamp.micros)
+
+
 def global_windowed(x):
     _tick("global_windowed")
     return WindowedValue(x, 77, [GlobalWindow()])
@@ -204,12 +221,13 @@ class ReturnsText(beam.DoFn):
         return "text"
 
 
-class WithStartBundle(beam.DoFn):
-    def start_bundle(self):
-        self.started = True
-
-    def process(self, element):
+class WithBundleContext(beam.DoFn):
+    def process(self, element, opened=beam.DoFn.BundleContextParam(lambda: open(__file__))):
         yield element
+
+
+def with_key(kv, key=beam.DoFn.KeyParam):
+    return kv
 
 
 class Split(beam.DoFn):
@@ -362,6 +380,178 @@ class SetupFails(beam.DoFn):
     def process(self, element):
         yield element
 
+
+
+# Steps that ask for their element's timestamp, window or pane, and DoFns with bundle
+# methods (the shape of Nexmark's Monitor: metrics in start_bundle, process, finish_bundle).
+
+def stamped_pair(x, timestamp=beam.DoFn.TimestampParam):
+    _tick("stamped_pair")
+    return (x, timestamp.micros)
+
+
+def in_window(x, window=beam.DoFn.WindowParam):
+    _tick("in_window")
+    return (x, str(window))
+
+
+def pane_of(x, pane=beam.DoFn.PaneInfoParam):
+    _tick("pane_of")
+    return (x, pane.timing, pane.index, pane.is_first)
+
+
+def in_even_window(x, window=beam.DoFn.WindowParam):
+    _tick("in_even_window")
+    return isinstance(window, GlobalWindow) or window.start.micros // 20_000_000 % 2 == 0
+
+
+def every_parameter(x, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam,
+                    pane=beam.DoFn.PaneInfoParam):
+    _tick("every_parameter")
+    yield (x, timestamp.micros, str(window), pane.timing)
+    yield (-x, str(window))
+
+
+def add_at(x, amount, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+    _tick("add_at")
+    return (x + amount, timestamp.micros, str(window))
+
+
+def add_keyword_at(x, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam,
+                   amount=0):
+    _tick("add_keyword_at")
+    return (x + amount, timestamp.micros, str(window))
+
+
+def sum_stamped(key, value, timestamp=beam.DoFn.TimestampParam):
+    _tick("sum_stamped")
+    return (key + value, timestamp.micros)
+
+
+def restamped_in_window(x, window=beam.DoFn.WindowParam):
+    _tick("restamped_in_window")
+    return TimestampedValue((x, str(window)), 3 + x)
+
+
+def many_stamped(x, timestamp=beam.DoFn.TimestampParam):
+    _tick("many_stamped")
+    return [(x, index, timestamp.micros) for index in range(300)]
+
+
+class Monitored(beam.DoFn):
+    """Counts what it sees, as Nexmark's Monitor does (without its wall-clock times)."""
+
+    def __init__(self, prefix):
+        self.elements = Metrics.counter(NAMESPACE, prefix + ".elements")
+        self.stamps = Metrics.distribution(NAMESPACE, prefix + ".event_timestamp")
+        self.bundles = Metrics.counter(NAMESPACE, prefix + ".bundles")
+        self.finished = Metrics.gauge(NAMESPACE, prefix + ".finished")
+
+    def start_bundle(self):
+        self.bundles.inc()
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam):
+        self.elements.inc()
+        self.stamps.update(timestamp.micros)
+        yield element
+
+    def finish_bundle(self):
+        self.finished.set(1)
+
+
+class Buffered(beam.DoFn):
+    """Outputs odd elements at once and every element again from finish_bundle, in the
+    window it was in (tens of it), and one to an undeclared output (dropped)."""
+
+    def start_bundle(self):
+        _tick("buffered_start")
+        self.seen = []
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                window=beam.DoFn.WindowParam):
+        _tick("buffered")
+        self.seen.append((element, timestamp, window))
+        if element % 2:
+            yield element
+
+    def finish_bundle(self):
+        _tick("buffered_finish")
+        for element, timestamp, window in self.seen:
+            yield WindowedValue(10 * element, timestamp, [window])
+        yield TaggedOutput("elsewhere", WindowedValue(-1, 0, [GlobalWindow()]))
+
+
+class BufferedPairs(Buffered):
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                window=beam.DoFn.WindowParam):
+        self.seen.append((element, timestamp, window))
+        yield (element % 2, element)
+
+    def finish_bundle(self):
+        for element, timestamp, window in self.seen:
+            yield WindowedValue((element % 3, element), timestamp, [window])
+
+
+#: (event, step) in the order Beam's operations call a DoFn's methods.
+CALLS: list[tuple[str, str]] = []
+
+
+class CallsRecorded(beam.DoFn):
+    def __init__(self, name):
+        self.name = name
+
+    def setup(self):
+        CALLS.append(("setup", self.name))
+
+    def start_bundle(self):
+        CALLS.append(("start_bundle", self.name))
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam):
+        CALLS.append(("process", self.name))
+        yield element
+
+    def finish_bundle(self):
+        CALLS.append(("finish_bundle", self.name))
+        yield WindowedValue(100, 7, [GlobalWindow()])
+
+    def teardown(self):
+        CALLS.append(("teardown", self.name))
+
+
+class FailsIn(beam.DoFn):
+    """Raises in the method named, or returns from start_bundle / outputs from
+    finish_bundle what Beam refuses."""
+
+    def __init__(self, method):
+        self.method = method
+
+    def start_bundle(self):
+        if self.method == "start_bundle":
+            raise ValueError("cannot start")
+        if self.method == "start_bundle_outputs":
+            return [1]
+
+    def process(self, element, window=beam.DoFn.WindowParam):
+        if self.method == "process":
+            raise ValueError(f"cannot process {element}")
+        yield element
+
+    def finish_bundle(self):
+        if self.method == "finish_bundle":
+            raise ValueError("cannot finish")
+        if self.method == "finish_bundle_plain_value":
+            yield 5
+        if self.method == "finish_bundle_bad_tag":
+            yield TaggedOutput(7, WindowedValue(1, 0, [GlobalWindow()]))
+        if self.method == "finish_bundle_then_raise":
+            yield WindowedValue(1, 0, [GlobalWindow()])
+            raise ValueError("cannot finish after one")
+
+
+def fails_on_tens(x):
+    if x >= 10:
+        raise ValueError(f"no tens: {x}")
+    return x
 
 # ---------------------------------------------------------------------------------------
 # The harness: one fused stage, in process.
@@ -573,12 +763,16 @@ def _fan_out(pc):
     return (left, right) | "Both" >> beam.Flatten()
 
 
-def _deep(count: int):
+def _deep(count: int, function=None):
     def build(pc):
         for index in range(count):
-            pc = pc | f"Deep{index}" >> beam.FlatMap(singleton_list)
+            pc = pc | f"Deep{index}" >> beam.FlatMap(function or singleton_list)
         return pc
     return build
+
+
+def windowed_singleton(x, window=beam.DoFn.WindowParam):
+    return [x]
 
 
 CASES: dict[str, Case] = {
@@ -705,6 +899,58 @@ CASES: dict[str, Case] = {
                     | "Window" >> beam.WindowInto(FixedWindows(60))
                     | "Sum" >> beam.CombinePerKey(sum)),
         "Stamp", "ToPair", "Window", "Sum", windowings=WINDOWS),
+    # Steps asking for their timestamp, window or pane (a window: once per window).
+    "timestamp_param_map": one(lambda pc: pc | "Stamped" >> beam.Map(stamped_pair),
+                               "Stamped", windowings=WINDOWS),
+    "window_param_map": one(lambda pc: pc | "InWindow" >> beam.Map(in_window), "InWindow",
+                            windowings=WINDOWS),
+    "pane_param_map": one(lambda pc: pc | "Pane" >> beam.Map(pane_of), "Pane",
+                          windowings=WINDOWS),
+    "window_param_filter": one(
+        lambda pc: (pc | "Even" >> beam.Filter(in_even_window)
+                    | "Double" >> beam.Map(double)), "Even", "Double", windowings=WINDOWS),
+    "every_parameter_flat_map": one(
+        lambda pc: pc | "Every" >> beam.FlatMap(every_parameter), "Every",
+        windowings=WINDOWS),
+    "extra_argument_timestamp_and_window": one(
+        lambda pc: pc | "AddAt" >> beam.Map(add_at, 3), "AddAt", windowings=WINDOWS),
+    "keyword_argument_timestamp_and_window": one(
+        lambda pc: pc | "AddAt" >> beam.Map(add_keyword_at, amount=4), "AddAt",
+        windowings=WINDOWS),
+    "map_tuple_with_timestamp": one(
+        lambda pc: pc | "SumStamped" >> beam.MapTuple(sum_stamped), "SumStamped",
+        values=PAIRS, windowings=WINDOWS),
+    "window_param_then_timestamped_value": one(
+        lambda pc: (pc | "Restamped" >> beam.Map(restamped_in_window)
+                    | "Stamped" >> beam.Map(stamped_pair)),
+        "Restamped", "Stamped", windowings=WINDOWS),
+    "large_output_with_timestamps": one(
+        lambda pc: (pc | "Many" >> beam.FlatMap(many_stamped)
+                    | "InWindow" >> beam.Map(in_window)), "Many", "InWindow",
+        windowings=WINDOWS),
+    # DoFns with bundle methods: Nexmark's shape, outputs from finish_bundle.
+    "monitors_around_steps": one(
+        lambda pc: (pc | "Parse" >> beam.Map(double) | "Stamp" >> beam.Map(stamp)
+                    | "Events" >> beam.ParDo(Monitored("event"))
+                    | "Query" >> beam.Map(plus_one)
+                    | "Results" >> beam.ParDo(Monitored("result"))
+                    | "Global" >> beam.WindowInto(GlobalWindows())),
+        "Parse", "Stamp", "Events", "Query", "Results", "Global", windowings=WINDOWS),
+    "finish_bundle_outputs_through_the_chain": one(
+        lambda pc: (pc | "Buffered" >> beam.ParDo(Buffered())
+                    | "Stamped" >> beam.Map(stamped_pair)),
+        "Buffered", "Stamped", windowings=WINDOWS),
+    "finish_bundle_outputs_last": one(
+        lambda pc: pc | "Double" >> beam.Map(double) | "Buffered" >> beam.ParDo(Buffered()),
+        "Double", "Buffered", windowings=WINDOWS),
+    "finish_bundle_outputs_nothing": one(
+        lambda pc: (pc | "Never" >> beam.Filter(never) | "Buffered" >> beam.ParDo(Buffered())
+                    | "Double" >> beam.Map(double)),
+        "Never", "Buffered", "Double", outputs=False),
+    "finish_bundle_outputs_into_the_precombine": one(
+        lambda pc: (pc | "Buffered" >> beam.ParDo(BufferedPairs())
+                    | "Sum" >> beam.CombinePerKey(sum)),
+        "Buffered", "Sum", windowings=WINDOWS),
     "earliest_timestamps_keep_the_precombine_apart": one(
         lambda pc: (pc | "Stamp" >> beam.Map(stamp) | "ToPair" >> beam.Map(to_pair)
                     | "Window" >> beam.WindowInto(
@@ -811,6 +1057,18 @@ def test_a_run_of_many_looping_steps_is_chained_whole_and_runs():
     assert sorted(chained) == sorted(f"Deep{index}" for index in range(25))
     assert len(on.chains) >= 2
     assert on.elements == off.elements and sum(on.elements.values()) == 2
+
+
+def test_steps_invoked_once_per_window_open_two_blocks_each():
+    """A step asking for its window loops over the element's windows and over its
+    outputs: 12 such FlatMaps are 24 nested blocks, more than a function may hold. Chains
+    are cut to fit; every step runs, once per window."""
+    proto = build_proto(_deep(12, windowed_singleton), "sliding")
+    off, on = run_both(proto, "Deep0", inputs_for([1, 2], "sliding"))
+    chained = [step for chain in on.chains for step in labels(chain)]
+    assert sorted(chained) == sorted(f"Deep{index}" for index in range(12))
+    assert len(on.chains) >= 2
+    assert on.elements == off.elements and sum(on.elements.values()) == 6
 
 
 @pytest.mark.parametrize("windowing", WINDOWS)
@@ -944,6 +1202,34 @@ ERROR_CASES = {
     "combine_fn_raises_in_the_precombine": (
         lambda pc: pc | "ToPair" >> beam.Map(to_pair) | "Fails" >> beam.CombinePerKey(AddFails()),
         "ToPair", "ToPair", ValueError, "bad combine"),
+    "window_param_step_raises": (
+        lambda pc: pc | "Double" >> beam.Map(double) | "Fails" >> beam.ParDo(FailsIn("process")),
+        "Double", "Fails", ValueError, "cannot process 2"),
+    "start_bundle_raises": (
+        lambda pc: pc | "Double" >> beam.Map(double)
+        | "Fails" >> beam.ParDo(FailsIn("start_bundle")), "Double", "Fails", ValueError,
+        "cannot start"),
+    "start_bundle_outputs": (
+        lambda pc: pc | "Double" >> beam.Map(double)
+        | "Fails" >> beam.ParDo(FailsIn("start_bundle_outputs")), "Double", "Fails", None,
+        None),
+    "finish_bundle_raises": (
+        lambda pc: pc | "Fails" >> beam.ParDo(FailsIn("finish_bundle"))
+        | "Double" >> beam.Map(double), "Fails", "Fails", ValueError, "cannot finish"),
+    "finish_bundle_outputs_a_plain_value": (
+        lambda pc: pc | "Fails" >> beam.ParDo(FailsIn("finish_bundle_plain_value"))
+        | "Double" >> beam.Map(double), "Fails", "Fails", None, None),
+    "finish_bundle_outputs_to_a_tag_not_a_str": (
+        lambda pc: pc | "Fails" >> beam.ParDo(FailsIn("finish_bundle_bad_tag"))
+        | "Double" >> beam.Map(double), "Fails", "Fails", None, None),
+    "finish_bundle_raises_after_an_output": (
+        lambda pc: pc | "Fails" >> beam.ParDo(FailsIn("finish_bundle_then_raise"))
+        | "Double" >> beam.Map(double), "Fails", "Fails", ValueError,
+        "cannot finish after one"),
+    "a_step_after_finish_bundle_raises": (
+        lambda pc: pc | "Buffered" >> beam.ParDo(Buffered())
+        | "NoTens" >> beam.Map(fails_on_tens), "Buffered", "NoTens", ValueError,
+        "no tens: 10"),
     "combine_fn_raises_at_the_flush": (
         lambda pc: pc | "ToPair" >> beam.Map(to_pair)
         | "Compact" >> beam.CombinePerKey(BadCompact()), "ToPair", None, None, None),
@@ -1007,6 +1293,92 @@ def test_a_failing_setup_is_raised_as_beam_raises_it():
 
 
 # ---------------------------------------------------------------------------------------
+# Parameters and bundle methods, spelled out.
+
+@pytest.mark.parametrize("windowing", WINDOWS)
+def test_a_timestamped_value_hands_its_own_timestamp_on_as_beam(windowing):
+    """Beam's output handler makes the element of a ``TimestampedValue`` with that value's
+    own ``Timestamp``: the next step asking for its timestamp gets that very object (none
+    made again from microseconds), in the global window and in sliding windows."""
+    proto = build_proto(lambda pc: pc | "Stamp" >> beam.Map(stamp_kept)
+                        | "Same" >> beam.Map(same_stamp), windowing)
+    off, on = run_both(proto, "Stamp", inputs_for(range(4), windowing))
+    assert on.chains == [["Stamp", "Same"]]
+    assert on.elements == off.elements
+    assert {value for (value, *_) in on.elements} == {
+        (x, True, (1000 + 7 * x) * 1_000_000) for x in range(4)}
+    assert on.user_metrics == off.user_metrics
+
+
+def test_a_step_asking_for_its_window_runs_once_per_window_as_beam():
+    """What Beam's PerWindowInvoker gives, spelled out: an element in three windows is
+    processed three times, each output in its one window, without the element's pane."""
+    proto = build_proto(lambda pc: pc | "Double" >> beam.Map(double)
+                        | "InWindow" >> beam.Map(in_window), "sliding")
+    windows = SLIDING.assign(WindowFn.AssignContext(Timestamp(75)))
+    off, on = run_both(proto, "Double", [WindowedValue(4, 75, windows, EARLY)])
+    assert on.chains == [["Double", "InWindow"]]
+    expected = {((8, str(window)), Timestamp(75), (window,), PANE_INFO_UNKNOWN): 1
+                for window in windows}
+    assert on.elements == off.elements == expected
+    assert on.user_metrics == off.user_metrics
+    assert sorted(on.user_metrics.values()) == [1, 3]  # double once, in_window thrice
+
+
+def test_what_finish_bundle_outputs_goes_through_the_rest_of_the_chain():
+    """Each element again, tens of it, from finish_bundle, in its window: through the next
+    step, counted in the PCollections between; the output to an undeclared tag dropped."""
+    proto = build_proto(lambda pc: pc | "Buffered" >> beam.ParDo(Buffered())
+                        | "Inc" >> beam.Map(plus_one), "sliding")
+    off, on = run_both(proto, "Buffered", inputs_for(range(4), "sliding"))
+    assert on.chains == [["Buffered", "Inc"]]
+    assert on.elements == off.elements
+    assert sorted(value for (value, *_), count in on.elements.items()
+                  for _ in range(count)) == sorted([2, 2, 2, 4, 4, 4] + [
+                      10 * x + 1 for x in range(4) for _ in range(3)])
+    buffered = output_of(on.descriptor, "Buffered")
+    assert on.counts == off.counts and on.counts[buffered] == 18
+    assert on.user_metrics == off.user_metrics
+
+
+def test_setup_bundle_methods_and_teardown_are_called_in_beams_order():
+    """Beam's bundle processor sets up and starts its operations from the last to the
+    first, finishes and tears them down from the first to the last; what a finish_bundle
+    outputs is processed by the steps after it (not finished yet). Twice: two bundles."""
+    proto = build_proto(lambda pc: pc | "First" >> beam.ParDo(CallsRecorded("first"))
+                        | "Second" >> beam.ParDo(CallsRecorded("second")))
+    calls = {}
+    for chain in (False, True):
+        del CALLS[:]
+        run = run_stage(proto, "First", inputs_for([1, 2]), chain=chain, bundles=2)
+        run.processor.processor.shutdown()
+        calls[chain] = list(CALLS)
+        assert run.chains == ([["First", "Second"]] if chain else [])
+    bundle = ([("start_bundle", "second"), ("start_bundle", "first")]
+              + [("process", "first"), ("process", "second")] * 2
+              + [("finish_bundle", "first"), ("process", "second"),
+                 ("finish_bundle", "second")])
+    assert calls[True] == calls[False] == (
+        [("setup", "second"), ("setup", "first")] + bundle * 2
+        + [("teardown", "first"), ("teardown", "second")])
+
+
+def test_monitors_count_each_bundle_as_beam():
+    """Nexmark's shape (metrics in start_bundle, process and finish_bundle) on a processor
+    running two bundles: each bundle's metrics are its own."""
+    proto = build_proto(lambda pc: (pc | "Stamp" >> beam.Map(stamp)
+                                    | "Events" >> beam.ParDo(Monitored("event"))
+                                    | "Double" >> beam.Map(double)), "sliding")
+    off, on = run_both(proto, "Stamp", inputs_for(range(5), "sliding"), bundles=2)
+    assert on.chains == [["Stamp", "Events", "Double"]]
+    assert on.elements == off.elements and on.counts == off.counts
+    assert on.user_metrics == off.user_metrics
+    values = {name: value for (_, step, _, name), value in on.user_metrics.items()}
+    assert (values["event.elements"], values["event.bundles"], values["event.finished"]) == (
+        5, 1, 1)
+
+
+# ---------------------------------------------------------------------------------------
 # Steps that keep Beam's operation.
 
 def _side_input_step(pc):
@@ -1016,8 +1388,9 @@ def _side_input_step(pc):
 
 UNCHAINED = {
     "side_input": (_side_input_step, "side input"),
-    "timestamp_param": (lambda pc: pc | "X" >> beam.Map(with_timestamp), "TimestampParam"),
-    "start_bundle": (lambda pc: pc | "X" >> beam.ParDo(WithStartBundle()), "start_bundle"),
+    "key_param": (lambda pc: pc | "X" >> beam.Map(with_key), "KeyParam"),
+    "bundle_context": (lambda pc: pc | "X" >> beam.ParDo(WithBundleContext()),
+                       "BundleContextParam"),
     "several_outputs": (
         lambda pc: (pc | "X" >> beam.ParDo(Split()).with_outputs("odd", main="even")).even,
         "outputs"),
@@ -1050,14 +1423,15 @@ def test_steps_that_need_more_than_the_element_keep_beams_operation(name):
     assert ["After1", "After2"] in chains
 
 
-def test_a_step_asking_for_its_timestamp_runs_as_beam_between_chains():
-    proto = build_proto(lambda pc: pc | "Double" >> beam.Map(double)
-                        | "Inc" >> beam.Map(plus_one) | "X" >> beam.Map(with_timestamp)
-                        | "Swap" >> beam.KvSwap() | "Keys" >> beam.Keys())
-    off, on = run_both(proto, "Double", inputs_for(range(5), "sliding"))
-    assert sorted(map(labels, on.chains)) == [["Double", "Inc"], ["Swap", "Keys"]]
+def test_a_step_asking_for_its_key_runs_as_beam_between_chains():
+    proto = build_proto(lambda pc: pc | "ToPair" >> beam.Map(to_pair)
+                        | "Inc" >> beam.MapTuple(lambda k, v: (k, v + 1))
+                        | "X" >> beam.Map(with_key) | "Swap" >> beam.KvSwap()
+                        | "Keys" >> beam.Keys())
+    off, on = run_both(proto, "ToPair", inputs_for(range(5), "sliding"))
+    assert sorted(map(labels, on.chains)) == [["Swap", "Keys"], ["ToPair", "Inc"]]
     assert on.elements == off.elements and on.user_metrics == off.user_metrics
-    assert sorted(value for value, *_ in on.elements) == [5, 22, 39, 56, 73]
+    assert sorted(value for value, *_ in on.elements) == [1, 2, 3, 4, 5]
 
 
 def test_a_merging_window_fn_is_not_chained():
@@ -1197,3 +1571,62 @@ def test_on_spark_the_same_output_and_metrics_with_and_without_chains(spark_sess
     assert results["true"] == results["false"]
     assert [(name, value) for _, name, value in results["true"]] == [("pairs", 30)]
     assert "Count" in results["true"][0][0]
+
+
+def _monitored_pipeline(pipeline):
+    """Nexmark's launcher's shape: timestamped events through Beam's own ``Monitor`` (a
+    DoFn asking for the timestamp, with metrics in its bundle methods), a query, a
+    windowed sum, the results through another ``Monitor``, formatted with their window."""
+    events = (pipeline
+              | beam.Create(list(range(60)))
+              | "Stamp" >> beam.Map(lambda x: TimestampedValue(x, x))
+              | "event_monitor" >> beam.ParDo(Monitor(NAMESPACE, "event").doFn))
+    return (events
+            | "Query" >> beam.Filter(lambda x: x % 4 != 3)
+            | "Window" >> beam.WindowInto(FixedWindows(10))
+            | "Keyed" >> beam.Map(lambda x: (f"k{x % 3}", x))
+            | "Sum" >> beam.CombinePerKey(sum)
+            | "result_monitor" >> beam.ParDo(Monitor(NAMESPACE, "result").doFn)
+            | "Format" >> beam.Map(_with_window))
+
+
+def test_on_spark_nexmarks_monitors_give_the_same_output_and_metrics_chained(spark_session):  # noqa: F811
+    """Beam's Nexmark monitors chained and not, on the SparkRunner: the same output and the
+    same ``metrics().query()``: counters and distributions under the same steps (the
+    monitors' wall-clock ``event_time``: the same number of updates, one per bundle start
+    and finish)."""
+    from runners.spark import SparkRunner
+
+    expected = collections.Counter()
+    for i in range(60):
+        if i % 4 != 3:
+            expected[f"k{i % 3}@{i // 10 * 10}"] += i
+    results = {}
+    for flag in ("true", "false"):
+        options = PipelineOptions(["--spark_master_url", "local[2]",
+                                   "--chain_simple_steps", flag])
+        planned = beam.Pipeline(options=options)
+        _monitored_pipeline(planned)
+        plan = execution_plan.plan(execution_plan.pipeline_proto(planned, options),
+                                   chain_steps=flag == "true")
+        chained = {step for stage in plan.stages if stage.kind == execution_plan.SDK_STAGE
+                   for chain in chains_of(
+                       beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor))
+                   for step in labels(chain)}
+        assert ({"event_monitor", "result_monitor"} <= chained) == (flag == "true")
+        pipeline = beam.Pipeline(runner=SparkRunner(spark_session), options=options)
+        assert_that(_monitored_pipeline(pipeline),
+                    equal_to([f"{k}={v}" for k, v in expected.items()]))
+        result = pipeline.run()
+        result.wait_until_finish()
+        query = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
+        results[flag] = (
+            sorted((c.key.step, c.key.metric.name, c.committed) for c in query["counters"]),
+            sorted((d.key.step, d.key.metric.name,
+                    d.committed.count if d.key.metric.name.endswith(".event_time")
+                    else d.committed) for d in query["distributions"]))
+    assert results["true"] == results["false"]
+    counters, distributions = results["true"]
+    assert [(step, name, value) for step, name, value in counters] == [
+        ("event_monitor", "event.elements", 60), ("result_monitor", "result.elements", 18)]
+    assert len(distributions) == 4

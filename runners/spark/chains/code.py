@@ -7,9 +7,10 @@ identity Maps, 9.2-9.9 us per element through Beam's operations, 9.7-12.5 us thr
 closures; 3.5 us written out as below, where Beam's operations took 6.9 us that run).
 So the chain is written out as the code a person would write for it, one function, with
 the steps' functions called in nested blocks (a ``for`` per step that may output several
-values), and compiled once per operation:
+values, and one over the element's windows for a step invoked once per window), and
+compiled once per operation:
 
-    def chain(carrier, value):                  # Map(parse) | Filter(keep) | FlatMap(split)
+    def chain(carrier, value):      # Map(parse) | Filter(keep) | ParDo(Monitor) | FlatMap
         nonlocal current, seen_0, next_0, ...
         try:
             current = 0
@@ -21,6 +22,7 @@ values), and compiled once per operation:
             current = 1
             if not function_1(value_0): return
             ...
+            results_2 = function_2(value_1, carrier_1.timestamp)   # process(e, t=Timestamp)
             for value_2 in results_2:
                 ...
                 receive(...)                       # the next Beam operation
@@ -31,28 +33,44 @@ values), and compiled once per operation:
 ``current`` is the index of the step whose code runs (the user's function, its
 generator resumed by ``for``, the handling of its results, or, for the last step, the
 Beam operation it hands on to, as in Beam), for the metrics container and for the step
-named in an error. :func:`chain_function` returns the function and its source.
+named in an error. A step's ``process`` parameters are bound from the element's carrier as
+Beam's invoker binds them: ``carrier.timestamp`` (one ``Timestamp`` per carrier, made once
+and shared by every step reading it; a carrier made of a ``TimestampedValue`` holds that
+value's own ``Timestamp``, as the ``WindowedValue`` of Beam's output handler does, so the
+next step asking for it gets the step's object and none is made again from microseconds),
+``carrier.pane_info``, and the window of the
+invocation; a step asking for the window runs once per window of an element in several,
+each time with a carrier of its own holding that window alone (and no pane, as Beam's).
+
+The steps whose DoFn has a ``finish_bundle`` get an entry of their own, ``after_<i>``: the
+same code from the step after them on, for the elements that method outputs.
+:func:`chain_function` returns the functions and their source.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 
-from runners.spark.beam_internals import PANE_INFO_UNKNOWN, create_windowed_value
+from runners.spark.beam_internals import (
+    PANE_INFO_UNKNOWN,
+    WindowedValue,
+    create_windowed_value,
+)
 
 # Python allows 20 statically nested blocks: a chain's ``for`` loops and its ``try`` stay
-# under that (planning chains at most planning.MAX_CHAIN_STEPS steps).
+# under that (planning opens at most planning.MAX_CHAIN_BLOCKS of them in a chain).
 
 
 class ChainCode:
-    """The source of one chain's function, written step by step."""
+    """The source of one function of a chain, written step by step; ``names`` are the
+    objects the code refers to, shared by the chain's functions."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Dict[str, Any]) -> None:
         self.lines: List[str] = []
-        self.names: Dict[str, Any] = {}
-        self.counted: List[int] = []  # indices of steps whose outputs the chain counts
+        self.names = names
         self.loops: List[int] = []  # owners of the enclosing for loops, innermost last
 
     def bind(self, name: str, value: Any) -> str:
@@ -83,47 +101,97 @@ class ChainCode:
             self.loops.pop()
 
 
-def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callable,
-                   special: Tuple[type, ...],
-                   raise_with_step: Callable) -> Tuple[Callable, Any, str]:
-    """The chain's function ``chain(carrier, value)``, the pair of functions
-    ``(counts(), running())``: the elements counted so far into each counted step's
-    output, and the index of the step running now; and the chain's source.
+@dataclasses.dataclass
+class ChainFunctions:
+    """What :func:`chain_function` compiles for a chain."""
 
-    ``steps`` are the operation's steps (``kind``, ``function``, ``args``, ``kwargs``,
-    ``check_output``, ``check_first_output``, ``resolve``, ``windows_at`` (None unless the
-    step's WindowFn is a standard one), ``into_global`` as the kind needs);
-    ``counted[i]`` samples the sizes of step i's outputs (``sample(carrier, value, seen)``
-    returns the count at which to sample next), for every step but the last; ``receive``
-    takes the chain's output elements (a last precombine step's ``combiner`` flushes to it).
+    chain: Callable[[Any, Any], None]  # (carrier, value) of an element entering the chain
+    after: Dict[int, Callable[[Any, Any], None]]  # step index -> entry after that step
+    counts: Callable[[], List[int]]  # elements counted so far into each counted output
+    running: Callable[[], int]  # the index of the step running now
+    enter: Callable[[int], None]  # make a step the one running (for its bundle methods)
+    source: str
+
+
+def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callable,
+                   special: Tuple[type, ...], raise_with_step: Callable,
+                   entries: Sequence[int] = ()) -> ChainFunctions:
+    """The chain's functions (:class:`ChainFunctions`) and their source.
+
+    ``steps`` are the operation's steps (``kind``, ``function``, ``arguments``,
+    ``keywords``, ``per_window``, ``check_output``, ``check_first_output``, ``resolve``,
+    ``windows_at`` (None unless the step's WindowFn is a standard one), ``into_global``,
+    ``fixed`` as the kind needs); ``counted[i]`` samples the sizes of step i's outputs
+    (``sample(carrier, value, seen)`` returns the count at which to sample next), for
+    every step but the last; ``receive`` takes the chain's output elements (a last
+    precombine step's ``combiner`` flushes to it). ``entries``: the steps after which the
+    chain can be entered (each but the last, and not a precombine).
     """
-    code = ChainCode()
-    code.bind("SPECIAL", special)
-    code.bind("receive", receive)
-    code.bind("TimestampedValue", TimestampedValue)
-    code.bind("GlobalWindow", GlobalWindow)
-    code.bind("NO_PANE", PANE_INFO_UNKNOWN)
-    code.bind("create", create_windowed_value)
+    names: Dict[str, Any] = {
+        "SPECIAL": special, "receive": receive, "TimestampedValue": TimestampedValue,
+        "GlobalWindow": GlobalWindow, "NO_PANE": PANE_INFO_UNKNOWN,
+        "create": create_windowed_value, "WindowedValue": WindowedValue,
+    }
+    bodies = {"chain": _body(ChainCode(names), steps, counted, start=0)}
+    for index in entries:
+        bodies[f"after_{index}"] = _body(ChainCode(names), steps, counted, start=index + 1,
+                                         count_first=index)
+    return _compile(names, bodies, len(counted), raise_with_step)
+
+
+def _body(code: ChainCode, steps: Sequence[Any], counted: Sequence[Any], start: int,
+          count_first: int = -1) -> List[str]:
+    """The lines of a function running ``steps[start:]`` on ``(carrier, value)``, counted
+    first into the output of step ``count_first`` (when it is a counted one)."""
     carrier, value = "carrier", "value"
     precombine = steps[-1].kind == "precombine"
-    for index, step in enumerate(steps[:-1] if precombine else steps):
-        carrier, value = _write_step(code, index, step, carrier, value)
+    end = len(steps) - 1 if precombine else len(steps)
+    if 0 <= count_first < len(counted):
+        _count(code, count_first, counted[count_first], carrier, value)
+    for index in range(start, end):
+        carrier, value = _write_step(code, index, steps[index], carrier, value)
         if index < len(counted):
-            sizes = code.bind(f"sizes_{index}", counted[index])
-            code.counted.append(index)
-            code.line(f"seen_{index} += 1")
-            code.line(f"if seen_{index} >= next_{index}:")
-            code.line(f"    next_{index} = {sizes}.sample({carrier}, {value}, seen_{index})")
+            _count(code, index, counted[index], carrier, value)
     if precombine:  # the chain's outputs are the precombine's flushes
         last = len(steps) - 1
-        add = code.bind(f"add_{last}", steps[-1].combiner.adder(receive))
+        add = f"add_{last}"
+        if add not in code.names:  # one adder for every entry: they share its table
+            code.bind(add, steps[-1].combiner.adder(code.names["receive"]))
         code.line(f"current = {last}")
         code.line(f"{add}({carrier}, {value})")
     else:
         code.line(f"receive({carrier} if {value} is {carrier}.value "
                   f"else {carrier}.with_value({value}))")
     code.close_loops()
-    return _compile(code, raise_with_step)
+    return code.lines
+
+
+def _count(code: ChainCode, index: int, sizes: Any, carrier: str, value: str) -> None:
+    sizes = code.bind(f"sizes_{index}", sizes)
+    code.line(f"seen_{index} += 1")
+    code.line(f"if seen_{index} >= next_{index}:")
+    code.line(f"    next_{index} = {sizes}.sample({carrier}, {value}, seen_{index})")
+
+
+def _arguments(code: ChainCode, index: int, step: Any, carrier: str, value: str,
+               window: str) -> str:
+    """The call's arguments, as Beam's invoker passes them (``step.arguments``: ``(name,
+    None)`` for what the element gives, ``(None, constant)`` for the others)."""
+    parts = []
+    for position, (name, constant) in enumerate(step.arguments):
+        if name == "element":
+            parts.append(value)
+        elif name == "timestamp":
+            parts.append(f"{carrier}.timestamp")
+        elif name == "pane":
+            parts.append(f"{carrier}.pane_info")
+        elif name == "window":
+            parts.append(window)
+        else:
+            parts.append(code.bind(f"argument_{index}_{position}", constant))
+    if step.keywords:
+        parts.append("**" + code.bind(f"keywords_{index}", step.keywords))
+    return ", ".join(parts)
 
 
 def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
@@ -133,25 +201,34 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
         return _write_windows(code, index, step, carrier, value)
     function = code.bind(f"function_{index}", step.function)
     code.line(f"current = {index}")
+    window = ""
+    if step.per_window:  # Beam's PerWindowInvoker: once per window, each alone
+        windows, window = f"windows_{index}", f"window_{index}"
+        code.line(f"{windows} = {carrier}.windows")
+        code.line(f"if len({windows}) == 1:")
+        code.line(f"    invocations_{index} = (({carrier}, {windows}[0]),)")
+        code.line("else:")
+        code.line(f"    timestamp_{index} = {carrier}.timestamp")
+        code.line(f"    invocations_{index} = [(WindowedValue({value}, timestamp_{index}, "
+                  f"(window,)), window) for window in {windows}]")
+        code.open_loop(index, f"for invoked_{index}, {window} in invocations_{index}:")
+        carrier = f"invoked_{index}"
+    arguments = _arguments(code, index, step, carrier, value, window)
     out = f"value_{index}"
     if kind == "Map":
-        code.line(f"{out} = {function}({value})")
+        code.line(f"{out} = {function}({arguments})")
     elif kind == "MapTuple":
         code.line(f"{out} = {function}(*{value})")
     elif kind == "Filter":
-        code.line(f"if not {function}({value}):")
+        code.line(f"if not {function}({arguments}):")
         code.skip()
         code.line(f"{out} = {value}")
     else:
         results = f"results_{index}"
         if kind == "FlatMapTuple":
             code.line(f"{results} = {function}(*tuple({value}))")
-        elif step.args or step.kwargs:
-            arguments = code.bind(f"arguments_{index}", step.args)
-            keywords = code.bind(f"keywords_{index}", step.kwargs)
-            code.line(f"{results} = {function}({value}, *{arguments}, **{keywords})")
         else:
-            code.line(f"{results} = {function}({value})")
+            code.line(f"{results} = {function}({arguments})")
         if step.check_output:
             check = code.bind(f"check_{index}", step.check_first_output)
             code.line(f"if {check}.pending:")
@@ -168,8 +245,8 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
         # resolve does for it, without its call).
         windows_at = code.bind(f"windows_at_{index}", step.windows_at)
         code.line(f"    if type({out}) is TimestampedValue:")
-        code.line(f"        micros = {out}.timestamp.micros")
-        code.line(f"        {new_carrier} = create({out}.value, micros, {windows_at}(micros))")
+        code.line(f"        {new_carrier} = WindowedValue({out}.value, {out}.timestamp, None)")
+        code.line(f"        {new_carrier}.windows = {windows_at}({new_carrier}.timestamp_micros)")
         code.line(f"        if len({carrier}.windows) != 1:")
         code.line(f"            {new_carrier}.windows *= len({carrier}.windows)")
         code.line("    else:")
@@ -223,28 +300,36 @@ def _write_windows(code: ChainCode, index: int, step: Any, carrier: str,
     return new_carrier, value
 
 
-def _compile(code: ChainCode, raise_with_step: Callable) -> Tuple[Callable, Any, str]:
-    counters = [f"seen_{index}, next_{index}" for index in code.counted]
-    cells = ["current"] + [f"seen_{index}" for index in code.counted] + [
-        f"next_{index}" for index in code.counted]
-    body = "\n".join(code.lines)
-    source = "\n".join([
-        "def make_chain():",
-        "    current = 0",
-        *[f"    {pair} = 0, 1" for pair in counters],
-        "    def chain(carrier, value):",
-        f"        nonlocal {', '.join(cells)}",
-        "        try:",
-        body,
-        "        except BaseException as error:",
-        "            raise_with_step(error, current)",
+def _compile(names: Dict[str, Any], bodies: Dict[str, List[str]], counted: int,
+             raise_with_step: Callable) -> ChainFunctions:
+    cells = ["current"] + [f"seen_{index}" for index in range(counted)] + [
+        f"next_{index}" for index in range(counted)]
+    source = ["def make_chain():", "    current = 0"]
+    source += [f"    seen_{index}, next_{index} = 0, 1" for index in range(counted)]
+    for name, body in bodies.items():
+        source += [
+            f"    def {name}(carrier, value):",
+            f"        nonlocal {', '.join(cells)}",
+            "        try:",
+            *body,
+            "        except BaseException as error:",
+            "            raise_with_step(error, current)",
+        ]
+    source += [
         "    def counts():",
-        f"        return [{', '.join(f'seen_{index}' for index in code.counted)}]",
+        f"        return [{', '.join(f'seen_{index}' for index in range(counted))}]",
         "    def running():",
         "        return current",
-        "    return chain, counts, running",
-    ])
-    namespace = dict(code.names, raise_with_step=raise_with_step)
-    exec(compile(source, "<chained steps>", "exec"), namespace)  # noqa: S102 - our own code
-    chain, counts, running = namespace["make_chain"]()
-    return chain, (counts, running), source
+        "    def enter(index):",
+        "        nonlocal current",
+        "        current = index",
+        f"    return {{{', '.join(f'{name!r}: {name}' for name in bodies)}}}, "
+        "counts, running, enter",
+    ]
+    text = "\n".join(source)
+    namespace = dict(names, raise_with_step=raise_with_step)
+    exec(compile(text, "<chained steps>", "exec"), namespace)  # noqa: S102 - our own code
+    functions, counts, running, enter = namespace["make_chain"]()
+    after = {int(name.split("_")[1]): function for name, function in functions.items()
+             if name != "chain"}
+    return ChainFunctions(functions["chain"], after, counts, running, enter, text)

@@ -3,20 +3,23 @@
 Inside a fused stage Beam's SDK harness gives every step an ``Operation``: for each element
 each step wraps its output in a new ``WindowedValue`` and hands it through the DoFn
 runner, the invoker, the output handler and the consumer set of the next step (measured:
-~0.37 us of CPU per element per step on top of the user's function). Most steps need none
-of that: a ``Map``, ``FlatMap``, ``Filter``, ``MapTuple``, ``FlatMapTuple`` (and so
-``WithKeys``, ``Keys``, ``Values``, ``KvSwap``), or a DoFn whose ``process`` takes only the
-element, is a function of the element's value; its outputs keep the element's timestamp,
-windows and pane. A ``WindowInto`` of a standard non-merging WindowFn is a function of
-the timestamp.
+~0.37 us of CPU per element per step on top of the user's function; a DoFn asking for its
+timestamp goes through Beam's per-window invoker, which compares each of its parameters
+with every kind Beam knows, per element). A step needs none of that when it is a function
+of its element, its element's timestamp, window and pane: a ``Map``, ``FlatMap``,
+``Filter``, ``MapTuple``, ``FlatMapTuple`` (and so ``WithKeys``, ``Keys``, ``Values``,
+``KvSwap``), or a DoFn whose ``process`` asks for no more, with its own ``setup``,
+``start_bundle``, ``finish_bundle``, ``teardown`` and metrics. A ``WindowInto`` of a
+standard non-merging WindowFn is a function of the timestamp.
 
 This module finds the runs of such steps, each feeding only the next, and replaces each
 run in the stage's ``ProcessBundleDescriptor`` by one transform of
 :data:`CHAINED_STEPS_URN`, whose payload holds the steps as they were;
 :mod:`runners.spark.chains.operation` executes it as one loop. A step is chained only when
-Beam itself says it needs nothing but the element (:func:`why_not_chained` says why not):
-side inputs, state, timers, splitting, several outputs, a ``process`` parameter
-(timestamp, window, pane, key, ...), bundle methods of its own, runtime type checks, any
+Beam's own signature of its DoFn says it needs nothing else (:func:`why_not_chained` says
+why not): side inputs, state, timers, splitting, several outputs, bundle finalization, a
+``process`` parameter other than the timestamp, window and pane (key, windowed value,
+contexts, ...), parameters of its bundle or lifecycle methods, runtime type checks, any
 doubt: it keeps Beam's operation.
 
 >>> import apache_beam as beam
@@ -26,12 +29,13 @@ doubt: it keeps Beam's operation.
 >>> _ = (pipeline | beam.Create([1, 2]) | "Double" >> beam.Map(lambda x: 2 * x)
 ...      | "Even" >> beam.Filter(lambda x: x % 4 == 0)
 ...      | "Stamp" >> beam.Map(lambda x, t=beam.DoFn.TimestampParam: (x, t))
-...      | "Window" >> beam.WindowInto(FixedWindows(60)) | "Keyed" >> beam.WithKeys(1))
+...      | "Window" >> beam.WindowInto(FixedWindows(60)) | "Keyed" >> beam.WithKeys(1)
+...      | "Key" >> beam.Map(lambda kv, k=beam.DoFn.KeyParam: k))
 >>> from apache_beam.options.pipeline_options import PipelineOptions
 >>> proto = pipeline_proto(pipeline, PipelineOptions([]))
 >>> steps = {step.unique_name: step for step in proto.components.transforms.values()}
->>> [why_not_chained(steps[name]) for name in ("Double", "Stamp", "Window")]
-[None, 'process asks for TimestampParam', None]
+>>> [why_not_chained(steps[name]) for name in ("Double", "Stamp", "Window", "Key")]
+[None, None, None, 'process asks for KeyParam']
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ from runners.spark.beam_internals import (
     beam_runner_api_pb2,
     common_urns,
     dofn_data,
-    needs_more_than_the_element,
+    process_asks_for_window,
     proto_utils,
     python_urns,
+    why_not_chained_dofn,
 )
 from runners.spark.chains.window_assignment import assigns_natively
 
@@ -55,9 +60,14 @@ from runners.spark.chains.window_assignment import assigns_natively
 #: ``Components`` holding the chained transforms as they were.
 CHAINED_STEPS_URN = "beam:transform:spark_runner:chained_steps:v1"
 
-#: A chain's steps at most (Python allows 20 nested blocks in a function; each step that
-#: can output several values is a loop of the chain's function).
-MAX_CHAIN_STEPS = 16
+#: A chain's nested blocks at most (Python allows 20 in a function; each step that can
+#: output several values is a loop of the chain's function, and a step invoked once per
+#: window of its element another: :func:`nested_blocks`).
+MAX_CHAIN_BLOCKS = 16
+
+#: The annotation of a transform the runner runs with an operation of its own (the value
+#: names which): it is never chained.
+RUNNER_OPERATION = "spark_runner:operation"
 PRECOMBINE_URN = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
 
 _LOGGER = logging.getLogger(__name__)
@@ -70,6 +80,8 @@ def why_not_chained(transform: Any) -> Optional[str]:
     ``transform`` is a ``PTransform`` proto of a fused stage (a ``ParDo`` whose DoFn is
     unpickled here to ask Beam what it needs, or a ``WindowInto``).
     """
+    if RUNNER_OPERATION in transform.annotations:
+        return "the runner runs it with an operation of its own"
     if assigns_natively(transform):
         return None
     if transform.spec.urn != PAR_DO_URN:
@@ -93,15 +105,25 @@ def why_not_chained(transform: Any) -> Optional[str]:
     if side_inputs or any(isinstance(argument, ArgumentPlaceholder)
                           for argument in list(args) + list(kwargs.values())):
         return "it reads side inputs"
-    return needs_more_than_the_element(dofn)
+    return why_not_chained_dofn(dofn)
+
+
+def nested_blocks(transform: Any) -> int:
+    """How many nested loops a chained step may open in the chain's function: one for the
+    values it outputs, and one more for the windows of an element when Beam invokes its
+    DoFn once per window (its ``process`` asks for the window)."""
+    if transform.spec.urn != PAR_DO_URN:
+        return 1
+    payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+    return 2 if process_asks_for_window(dofn_data(payload)[0]) else 1
 
 
 def chain_simple_steps(descriptor: Any) -> List[List[str]]:
     """Replace, in a ``ProcessBundleDescriptor``, every run of chainable steps (each one's
     only output read by the next step only) by one :data:`CHAINED_STEPS_URN` transform.
 
-    A chain may end with the precombine of a lifted ``CombinePerKey``, and holds at most
-    :data:`MAX_CHAIN_STEPS` steps (a longer run goes on in the next chain). The chain keeps
+    A chain may end with the precombine of a lifted ``CombinePerKey``, and opens at most
+    :data:`MAX_CHAIN_BLOCKS` nested blocks (a longer run goes on in the next chain). The chain keeps
     its first step's id and name, its first step's input and its last step's outputs; the
     intermediate PCollections stay in the descriptor (their coders size the elements the
     chain counts into them). Returns the chains, as lists of step ids in order; a lone
@@ -113,10 +135,12 @@ def chain_simple_steps(descriptor: Any) -> List[List[str]]:
         for pcollection_id in transform.inputs.values():
             readers[pcollection_id].append(transform_id)
     chainable = set()
+    blocks: Dict[str, int] = {}
     for transform_id, transform in transforms.items():
         reason = why_not_chained(transform)
         if reason is None:
             chainable.add(transform_id)
+            blocks[transform_id] = nested_blocks(transform)
         elif transform.spec.urn == PAR_DO_URN:
             _LOGGER.debug("step %r keeps Beam's operation: %s", transform.unique_name, reason)
     following: Dict[str, str] = {}
@@ -129,9 +153,11 @@ def chain_simple_steps(descriptor: Any) -> List[List[str]]:
     starts = sorted(chainable - set(following.values()))
     while starts:
         first = starts.pop(0)
-        chain = [first]
-        while chain[-1] in following and len(chain) < MAX_CHAIN_STEPS:
+        chain, used = [first], blocks[first]
+        while (chain[-1] in following
+               and used + blocks[following[chain[-1]]] <= MAX_CHAIN_BLOCKS):
             chain.append(following[chain[-1]])
+            used += blocks[chain[-1]]
         if chain[-1] in following:  # cut: the rest of the run is a chain of its own
             starts.append(following[chain[-1]])
         next_ids = readers.get(_only(transforms[chain[-1]].outputs), [])

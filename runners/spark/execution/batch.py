@@ -9,7 +9,9 @@ batch's own is how keyed steps run:
 * a GroupByKey groups every element of a key at once and hands them to Beam's trigger driver
   (:func:`runners.spark.execution.shuffle.group_by_key`);
 * a stateful stage's input is partitioned by key, and each task runs its keys' elements with
-  a fresh state store (state lives as long as the task: the input is complete).
+  a fresh state store (state lives as long as the task: the input is complete);
+* WriteImpl's one-element stages of Beam's own file sinks run in the driver when the workers
+  run beside it (:mod:`runners.spark.text_io.sink_stages`), a Spark job each saved.
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ __all__ = ["PlanExecution", "RunCancelled"]
 
 class BatchGraph(StageGraph):
     """The batch pass: keyed steps over all of their input at once."""
+
+    def runs_in_driver(self, stage: StageSpec) -> bool:
+        """A stage planned as ``driver_side``, where every task would run on the driver's
+        host in its directory: a local master whose workers see the driver's directory."""
+        directory = self.context.environment.working_directory
+        return (stage.driver_side and self.backend.single_executor
+                and directory is not None and directory.seen)
 
     def group_dataset(self, buffer_id: bytes, spec: GroupSpec, records: Dataset) -> Dataset:
         return shuffle.group_by_key(records, spec, self.components, self.context.parallelism)

@@ -24,6 +24,11 @@ Connect), in the plan's topological order, and runs the pass's one Spark job.
   every stage nobody reads (sinks): one Spark job per pass.
 * Side inputs are collected (a Spark job, before their reader is built), laid out per
   window and broadcast (:mod:`runners.spark.worker.side_inputs`).
+* A stage the subclass runs in the driver (:meth:`StageGraph.runs_in_driver`: batch runs
+  WriteImpl's one-element stages there, :mod:`runners.spark.text_io.sink_stages`) runs on
+  records the driver holds (the impulse, what such stages wrote) with the tasks' own code;
+  what it writes stays on the driver for side inputs and stages of its kind, and is a dataset
+  of those records for Spark stages that read it. Its metrics are taken at once.
 
 Nothing here calls Spark but through the backend: the same pass runs on classic Spark and
 on Spark Connect.
@@ -47,6 +52,7 @@ from runners.spark.planning.execution_plan import (
     StageSpec,
 )
 from runners.spark.worker import side_inputs as side_input_tables
+from runners.spark.dependencies.worker import JobEnvironment
 from runners.spark.worker.bundles import process_partition
 from runners.spark.worker.records import Elements, is_report, relabel
 
@@ -95,6 +101,8 @@ class StageGraph:
         self.pass_plan: Optional[PassPlan] = None
         #: Merge the pass's final partitions into ``parallelism`` tasks when there are more.
         self.coalesce_terminals = True
+        #: producer -> its records, for a stage run in the driver
+        self._held: Dict[Tuple[str, Any], List[Elements]] = {}
 
     # ----- what subclasses decide
     def source_dataset(self, buffer_id: bytes) -> Optional[Dataset]:
@@ -122,6 +130,10 @@ class StageGraph:
         """A stage that is neither keyed nor a Reshuffle (a splittable DoFn may override)."""
         task = self.context.stage_task(stage, self.side_input_table(stage))
         return records.map_partitions(functools.partial(process_partition, task))
+
+    def runs_in_driver(self, stage: StageSpec) -> bool:
+        """Whether ``stage`` may run in the driver, its inputs being there (none by default)."""
+        return False
 
     def stage_input(self, stage: StageSpec, records: Dataset) -> Dataset:
         """A stage's input records as the stage receives them (streaming holds main
@@ -223,8 +235,12 @@ class StageGraph:
         try:
             with names.job(self.pass_name(plan)):
                 for stage in plan.running:
-                    self._outputs[("stage", stage.index)] = self._stage(stage)
-                    self._hand_on(("stage", stage.index))
+                    producer = ("stage", stage.index)
+                    if self.runs_in_driver(stage) and self._held_input(stage) is not None:
+                        self._outputs[producer] = self._driver_stage(stage)
+                        continue  # its reports are taken: nothing to hand on
+                    self._outputs[producer] = self._stage(stage)
+                    self._hand_on(producer)
                 for buffer_id in plan.groups:  # a GroupByKey nobody reads still reports
                     if ("group", buffer_id) not in self._outputs:
                         self._group(buffer_id)
@@ -248,6 +264,7 @@ class StageGraph:
         self._side_reports = []
         self._outputs, self._carriers, self._side_chunks = {}, {}, {}
         self._steps, self._terminal_steps = {}, []
+        self._held = {}
 
     def _stage(self, stage: StageSpec) -> Dataset:
         records = self.stage_input(stage, self._input(stage))
@@ -264,6 +281,43 @@ class StageGraph:
             spec = stage.inputs[0]
             return shuffle.reshuffle(records, spec.coder_id, stage.output_coder_id or spec.coder_id,
                                      self.components, self.context.parallelism)
+
+    def _held_input(self, stage: StageSpec) -> Optional[List[Elements]]:
+        """The stage's input records when the driver holds all of them (the impulse, what
+        stages run in the driver wrote), each on its input's port; else None."""
+        records: List[Elements] = []
+        for port, spec in enumerate(stage.inputs):
+            if spec.buffer_id == IMPULSE_BUFFER:
+                if IMPULSE_BUFFER in self.pass_plan.live:
+                    records.append(Elements(port, ENCODED_IMPULSE_VALUE))
+                continue
+            if spec.buffer_id in self.plan.groups:
+                return None
+            producers = self._writers(spec.buffer_id)
+            if any(producer not in self._held for producer in producers):
+                return None
+            records.extend(Elements(port, chunk) for chunk in self._held_chunks(spec.buffer_id))
+        return records
+
+    def _held_chunks(self, buffer_id: bytes) -> List[bytes]:
+        return [record.data for producer in self._writers(buffer_id) if producer in self._held
+                for record in self._held[producer]
+                if self._written(producer)[record.port] == buffer_id]
+
+    def _driver_stage(self, stage: StageSpec) -> Dataset:
+        """Run ``stage`` in the driver on its held input, with the tasks' code and the
+        stage's side inputs; keep what it writes, and take its metrics."""
+        records = self._held_input(stage)
+        task = self.context.stage_task(stage, self.side_input_table(stage))
+        # Beam's own steps only: no staged packages or main session to load here, and the
+        # driver is in its own directory.
+        task.environment = JobEnvironment()
+        produced = self.context.metrics.take(list(process_partition(task, iter(records))))
+        held = [record for record in produced if type(record) is Elements]
+        self._side_reports.extend(record for record in produced if type(record) is not Elements)
+        self._held[("stage", stage.index)] = held
+        self._steps[("stage", stage.index)] = ()
+        return self.backend.source(held, 1)
 
     def _input(self, stage: StageSpec) -> Dataset:
         """The stage's input records: each input buffer's elements on the input's port."""
@@ -364,6 +418,12 @@ class StageGraph:
         that come with them are kept for the pass's result)."""
         wanted = sorted(set(buffer_ids))
         collected: Dict[bytes, List[bytes]] = {buffer_id: [] for buffer_id in wanted}
+        for buffer_id in list(wanted):  # written in the driver: no job
+            producers = self._writers(buffer_id)
+            if (buffer_id not in self.plan.groups and producers
+                    and all(producer in self._held for producer in producers)):
+                collected[buffer_id] = self._held_chunks(buffer_id)
+                wanted.remove(buffer_id)
         if not wanted:
             return collected
         tagged = [self.buffer_chunks(buffer_id).map(functools.partial(on_position, position))

@@ -40,6 +40,8 @@ from runners.spark.beam_internals import (
     validate_pipeline_graph,
 )
 from runners.spark.chains.planning import chain_simple_steps
+from runners.spark.text_io.planning import mark_text_io
+from runners.spark.text_io.sink_stages import runs_in_driver
 
 SDK_STAGE = "sdk"
 RESHUFFLE_STAGE = "reshuffle"
@@ -104,6 +106,9 @@ class StageSpec:
     #: the Beam steps fused into the stage, by their names in the pipeline (what Spark's UI
     #: shows for it: :mod:`~runners.spark.backends.stage_labels`)
     steps: Tuple[str, ...] = ()
+    #: one of WriteImpl's one-element stages of Beam's own file sink, which a batch run may
+    #: run in the driver (:mod:`~runners.spark.text_io.sink_stages`)
+    driver_side: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +202,8 @@ def stateful_par_do(transform) -> Optional[Tuple[beam_runner_api_pb2.ParDoPayloa
 
 
 def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
-         native_reshuffle: bool = True, chain_steps: bool = True) -> ExecutionPlan:
+         native_reshuffle: bool = True, chain_steps: bool = True,
+         text_io: bool = True, driver_stages: bool = True) -> ExecutionPlan:
     """Fuse the pipeline into stages and describe each for execution on Spark.
 
     In streaming, TestStream is executed by the runner (the micro-batch loop), not fused.
@@ -205,7 +211,10 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
     two Maps) instead of as a runner shuffle: before Beam 2.65 that expansion dropped pane
     info, and a pipeline pinned to such a version (``--update_compatibility_version``)
     must get what that version gives. ``chain_steps`` runs each run of element-only steps
-    of a stage as one loop (:mod:`~runners.spark.chains.planning`).
+    of a stage as one loop (:mod:`~runners.spark.chains.planning`); ``text_io`` runs Beam's
+    own text reads and writes with the runner's bulk operations (:mod:`~runners.spark.text_io.planning`);
+    ``driver_stages`` marks WriteImpl's one-element stages of Beam's own file sinks, which a
+    batch run may run in the driver (:mod:`~runners.spark.text_io.sink_stages`).
     """
     runner_urns = RUNNER_URNS | (
         {common_urns.primitives.TEST_STREAM.urn} if streaming else set())
@@ -224,7 +233,7 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
 
         use_microsecond_timestamps(context.components, common_urns.coders.WINDOWED_VALUE.urn,
                                    common_urns.coders.TIMER.urn)
-    builder = _PlanBuilder(context, chain_steps)
+    builder = _PlanBuilder(context, chain_steps, text_io, driver_stages)
     specs = in_dependency_order(
         [builder.stage_spec(index, stage) for index, stage in enumerate(stages)])
     readers: Dict[bytes, int] = {}
@@ -280,9 +289,12 @@ def in_dependency_order(specs: List[StageSpec]) -> List[StageSpec]:
 
 
 class _PlanBuilder:
-    def __init__(self, context, chain_steps: bool = True) -> None:
+    def __init__(self, context, chain_steps: bool = True, text_io: bool = True,
+                 driver_stages: bool = True) -> None:
         self.context = context
         self.chain_steps = chain_steps
+        self.text_io = text_io
+        self.driver_stages = driver_stages
         self.components = context.components
         self.groups: Dict[bytes, GroupSpec] = {}
         self._written: Dict[str, bytes] = {}  # DATA_OUTPUT transform -> buffer id
@@ -348,10 +360,13 @@ class _PlanBuilder:
             # Any URL: the in-memory data channel serves timers; without one, no timers flow.
             timer_api_service_descriptor={"url": "in-memory"},
         )
+        if self.text_io:
+            mark_text_io(descriptor)
         if self.chain_steps:
             chain_simple_steps(descriptor)
         keyed = stage.is_stateful()
         key_coder_id = self._user_key_coder(transforms) if keyed else ""
+        driver_side = self.driver_stages and not keyed and runs_in_driver(transforms)
         return StageSpec(
             index,
             name,
@@ -367,6 +382,7 @@ class _PlanBuilder:
                 self.components.coders[key_coder_id].spec.urn
                 == common_urns.coders.LENGTH_PREFIX.urn),
             steps=steps,
+            driver_side=driver_side,
         )
 
     def _user_key_coder(self, transforms) -> str:

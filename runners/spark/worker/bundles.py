@@ -55,6 +55,7 @@ from runners.spark.chains.window_assignment import use_native_window_assignment
 from runners.spark.dependencies.worker import JobEnvironment, prepare_python_worker
 from runners.spark.dependencies.working_directory import in_driver_directory
 from runners.spark.planning.execution_plan import StageSpec
+from runners.spark.text_io.planning import use_text_io_operations
 from runners.spark.worker.components import SharedComponents, iter_encoded
 from runners.spark.worker.decode_loop import STAGE_INPUT_URNS, use_decode_loop
 from runners.spark.worker.errors import failing_as_task
@@ -151,6 +152,8 @@ class StageProcessor:
         self.descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor_bytes)
         # WindowInto of the standard WindowFns runs natively: ~3x faster windowed stages.
         use_native_window_assignment(self.descriptor)
+        # Beam's text IO marked by planning (--bulk_text_io) runs the runner's operations.
+        use_text_io_operations(self.descriptor)
         use_decode_loop(self.descriptor)
         self.channel = InMemoryDataChannel()
         self.state = _DelegatingState()
