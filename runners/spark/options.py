@@ -105,9 +105,10 @@ class SparkRunnerOptions(PipelineOptions):
             type=_boolean,
             default=True,
             metavar="true|false",
-            help="Run each run of steps that need nothing but the element (Map, FlatMap, "
-            "Filter, MapTuple, ..., DoFns whose process takes only the element, WindowInto "
-            "of a standard non-merging WindowFn) inside a fused stage as one loop that calls "
+            help="Run each run of simple steps (Map, FlatMap, Filter, MapTuple, ..., DoFns "
+            "whose process takes the element and maybe its timestamp, window or pane, with "
+            "their bundle methods and metrics, WindowInto of a standard non-merging "
+            "WindowFn) inside a fused stage as one loop that calls "
             "the functions directly, instead of one Beam operation per step. Same elements, "
             "timestamps, windows, panes, errors and metrics. Default: true; false gives "
             "every step Beam's own operation.",
