@@ -237,10 +237,12 @@ def format_floors(workload: str, events: int, parts: Parts) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.nexmark.floors",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--queries", default=",".join(WORKLOADS))
-    parser.add_argument("--events", type=lambda text: int(float(text)), default=200_000)
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--queries", default=",".join(WORKLOADS),
+                        help=f"comma-separated, of {', '.join(WORKLOADS)} (all)")
+    parser.add_argument("--events", type=lambda text: int(float(text)), default=200_000,
+                        help="events per query (2e5)")
+    parser.add_argument("--seed", type=int, default=2024, help="event generator seed (2024)")
+    parser.add_argument("--shards", type=int, default=8, help="event file shards (8)")
     arguments = parser.parse_args(argv)
     queries = [query.strip() for query in arguments.queries.split(",") if query.strip()]
     unknown = [query for query in queries if query not in WORKLOADS]

@@ -277,17 +277,20 @@ def main(argv: Optional[List[str]] = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--queries", default=",".join(WORKLOADS),
                         help=f"comma-separated, of {', '.join(WORKLOADS)} (all)")
-    parser.add_argument("--events", type=lambda text: int(float(text)), default=200_000)
-    parser.add_argument("--warmup-events", type=lambda text: int(float(text)), default=20_000)
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--events", type=lambda text: int(float(text)), default=200_000,
+                        help="events per profiled run (2e5)")
+    parser.add_argument("--warmup-events", type=lambda text: int(float(text)), default=20_000,
+                        help="events of the unmeasured warm-up run per query (2e4)")
+    parser.add_argument("--seed", type=int, default=2024, help="event generator seed (2024)")
+    parser.add_argument("--shards", type=int, default=8, help="event file shards (8)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--parallelism", type=int, default=2, help="Spark partitions (2)")
     parser.add_argument("--top", type=int, default=12, help="functions listed per label (12)")
     parser.add_argument("--runner-option", action="append", default=[], metavar="OPTION",
                         help="a pipeline option for the SparkRunner, repeatable "
                              "(--runner-option=--bulk_text_io=false)")
-    parser.add_argument("--results-dir", type=os.path.abspath, default=str(RESULTS_DIR))
+    parser.add_argument("--results-dir", type=os.path.abspath, default=str(RESULTS_DIR),
+                        help="where the profile's records are appended (bench/results)")
     arguments = parser.parse_args(argv)
     queries = [query.strip() for query in arguments.queries.split(",") if query.strip()]
     unknown = [query for query in queries if query not in WORKLOADS]
