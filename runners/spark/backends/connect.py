@@ -193,6 +193,22 @@ class ConnectDataset(Dataset):
             self._persisted = False
 
 
+def result_table(frame: Any) -> pa.Table:
+    """The rows of ``frame`` (one column of records), in one round trip to the server.
+
+    ``DataFrame.toArrow`` first asks the server for the frame's schema unless the client
+    cached it (a ``select``, a ``coalesce`` of one, ... do not): an ``AnalyzePlan`` sending
+    the whole plan (~120 KB for a streaming round of the latency benchmark) to be analysed
+    once more than the query itself, for a schema the runner knows. ``_to_table`` is what
+    ``toArrow`` runs after that (PySpark 4.1-4.3); a client without it is asked the
+    ordinary way."""
+    to_table = getattr(frame, "_to_table", None)
+    if to_table is None:
+        return frame.toArrow()
+    table, _ = to_table()
+    return table
+
+
 class ReportedMetrics(RunMetrics):
     """A run's metrics as its jobs bring them back (:meth:`take`): each job's as it ends."""
 
@@ -251,6 +267,7 @@ class ConnectBackend(Backend):
         self.binary = pa.large_binary() if facts.large_binary else pa.binary()
         self._artifacts: set = set()
         self._artifacts_lock = threading.Lock()
+        self._slices: Dict[int, Any] = {}  # partitions -> the sources' range of slices
 
     @classmethod
     def of(cls, session: Any) -> "ConnectBackend":
@@ -306,8 +323,8 @@ class ConnectBackend(Backend):
         partitions = max(partitions, 1)
         reader = SourceRecords(records, partitions)
         if len(reader.pickled) <= SOURCE_INLINE_BYTES:
-            frame = self.session.range(0, partitions, 1, partitions)
-            return ConnectDataset(self, frame, reader, known_empty=not records)
+            return ConnectDataset(self, self._slices_frame(partitions), reader,
+                                  known_empty=not records)
         # Too large to ride in the task function: a DataFrame of the records, dealt.
         table = pa.table({
             rows.PARTITION: pa.array([position * partitions // len(records)
@@ -316,6 +333,19 @@ class ConnectBackend(Backend):
                                    for record in records], self.binary)})
         frame = self.session.createDataFrame(table, schema=PARTITIONED_SCHEMA)
         return ConnectDataset(self, frame.repartitionById(partitions, rows.PARTITION))
+
+    def _slices_frame(self, partitions: int) -> Any:
+        """``spark.range`` of one row per slice in as many partitions, one DataFrame per
+        count for the session's sources. The first ``mapInArrow`` over a DataFrame asks the
+        server for its columns (an ``AnalyzePlan``, 6-34 ms measured, in every micro-batch
+        when each source made its own); a DataFrame keeps the answer, so a reused one asks
+        once."""
+        with self._LOCK:
+            frame = self._slices.get(partitions)
+            if frame is None:
+                frame = self._slices[partitions] = self.session.range(0, partitions, 1,
+                                                                      partitions)
+        return frame
 
     def union(self, datasets: Sequence[Dataset]) -> ConnectDataset:
         if len(datasets) == 1:
@@ -331,8 +361,7 @@ class ConnectBackend(Backend):
                               plain=True, persisted=True)
 
     def collect(self, dataset: Dataset) -> List[Any]:
-        table = dataset.frame().toArrow()
-        return list(rows.read_records(table.to_batches()))
+        return list(rows.read_records(result_table(dataset.frame()).to_batches()))
 
     def broadcast(self, value: Any) -> ConnectBroadcast:
         pickled = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
