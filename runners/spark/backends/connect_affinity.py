@@ -127,6 +127,13 @@ class PointerAffinity(PartitionAffinity):
         pointer = self._pointers.get(place)
         if pointer is None:
             pointer = self._pointers[place] = self._new_pointer()
+            if self.backend.facts.adaptive:
+                # Adaptive execution plans a cached relation's partitioning as unknown until
+                # the relation is computed: the step's first query would shuffle both sides
+                # of the cogroup into spark.sql.shuffle.partitions tasks, placed anywhere
+                # (measured). Computed now, the pointer is cached with its partitioning, and
+                # the cogroup plans no exchange from the first batch on.
+                pointer.count()
         return pointer
 
     def _new_pointer(self) -> Any:
