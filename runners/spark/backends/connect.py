@@ -56,7 +56,7 @@ from runners.spark.backends.base import (
     PartitionFunction,
     RunMetrics,
 )
-from runners.spark.backends.connect_affinity import PointerAffinity
+from runners.spark.backends.connect_affinity import PointerAffinity, placed_frame
 from runners.spark.backends.connect_checks import SessionFacts, check_session
 from runners.spark.backends.connect_names import ConnectJobNames, TaggedThread
 from runners.spark.backends.connect_tasks import (
@@ -103,6 +103,12 @@ def _schema(*columns: Tuple[str, Any]) -> StructType:
     return StructType([StructField(name, kind, nullable=False) for name, kind in columns])
 
 
+def _arrow_schema(schema: StructType, binary: pa.DataType) -> pa.Schema:
+    """The Arrow schema of the batches a writer makes for ``schema`` (one of the three)."""
+    return pa.schema([pa.field(field.name, pa.int32() if isinstance(field.dataType, IntegerType)
+                               else binary) for field in schema.fields])
+
+
 RECORDS_SCHEMA = _schema((rows.RECORD, BinaryType()))
 PARTITIONED_SCHEMA = _schema((rows.PARTITION, IntegerType()), (rows.RECORD, BinaryType()))
 KEYED_SCHEMA = _schema((rows.PARTITION, IntegerType()), (rows.KEY, BinaryType()),
@@ -123,13 +129,17 @@ class ConnectDataset(Dataset):
       partitions: ``frame`` is :data:`PARTITIONED_SCHEMA` rows ``repartitionById`` into this
         many partitions (what :meth:`partition_by` makes), else None.
       known_empty: the dataset has no records (a source of none).
+      pointer: a keyed step's output: ``frame`` is the step's input by key partition, run
+        cogrouped with this pointer (:func:`~runners.spark.backends.connect_affinity.
+        placed_frame`), ``reader`` and ``steps`` (the step's and what follows it up to the
+        next shuffle) in the cogroup's task: one Python pass, not one more ``mapInArrow``.
     """
 
     def __init__(self, backend: "ConnectBackend", frame: Any,
                  reader: Callable[..., Iterator[Any]] = records_in,
                  steps: Tuple[Step, ...] = (), plain: bool = False,
                  persisted: bool = False, partitions: Optional[int] = None,
-                 known_empty: bool = False) -> None:
+                 known_empty: bool = False, pointer: Any = None) -> None:
         self.backend = backend
         self._frame = frame
         self._reader = reader
@@ -138,6 +148,7 @@ class ConnectDataset(Dataset):
         self._persisted = persisted
         self._partitions = partitions
         self._known_empty = known_empty
+        self._pointer = pointer
 
     @property
     def partitions(self) -> Optional[int]:
@@ -165,11 +176,13 @@ class ConnectDataset(Dataset):
 
     def map_partitions(self, function: PartitionFunction) -> "ConnectDataset":
         return ConnectDataset(self.backend, self._frame, self._reader,
-                              self._steps + ((False, function),), partitions=self.partitions)
+                              self._steps + ((False, function),), partitions=self.partitions,
+                              pointer=self._pointer)
 
     def map_partitions_with_index(self, function: IndexedPartitionFunction) -> "ConnectDataset":
         return ConnectDataset(self.backend, self._frame, self._reader,
-                              self._steps + ((True, function),), partitions=self.partitions)
+                              self._steps + ((True, function),), partitions=self.partitions,
+                              pointer=self._pointer)
 
     def partition_by(self, partitions: int) -> "ConnectDataset":
         written = self._apply(PartitionedWriter(partitions, self.backend.binary),
@@ -190,6 +203,8 @@ class ConnectDataset(Dataset):
 
     def frame(self) -> Any:
         """A DataFrame of one :data:`~runners.spark.backends.connect_rows.RECORD` column."""
+        if self._pointer is not None:
+            return self._apply(RecordsWriter(self.backend.binary), RECORDS_SCHEMA)
         if self._plain and not self._steps:
             return self._frame
         if self._reader is records_in and not self._steps:
@@ -198,6 +213,9 @@ class ConnectDataset(Dataset):
 
     def _apply(self, writer: Callable[[Iterable[Any]], Iterator[Any]], schema: StructType) -> Any:
         task = PartitionTask(self._reader, self._steps, writer)
+        if self._pointer is not None:
+            return placed_frame(self._pointer, self._frame, task, schema,
+                                _arrow_schema(schema, self.backend.binary))
         return self._frame.mapInArrow(task, schema)
 
     def unpersist(self) -> None:
@@ -411,6 +429,13 @@ class ConnectBackend(Backend):
     def records(self, frame: Any) -> ConnectDataset:
         """The records of ``frame``, a DataFrame of :attr:`records_schema`."""
         return ConnectDataset(self, frame, plain=True)
+
+    def placed(self, pointer: Any, frame: Any, reader: Callable[..., Iterator[Any]],
+               steps: Tuple[Step, ...]) -> ConnectDataset:
+        """A keyed step's output: ``frame`` (by key partition) cogrouped with ``pointer``,
+        ``reader`` then ``steps`` in each key partition's task, and the steps added later
+        too (see :class:`ConnectDataset`)."""
+        return ConnectDataset(self, frame, reader, steps, pointer=pointer)
 
     def keyed_empty(self, partitions: int) -> ConnectDataset:
         """No records, as :meth:`ConnectDataset.partition_by` lays them out (no Python task
