@@ -162,19 +162,21 @@ def latest_panes(panes_dir: str) -> Dict[Any, int]:
 def run(session: Any, build: Callable, master: Optional[str], parallelism: int, shards: int,
         events_per_batch: int, batches: int, seed: int, drain: bool = True,
         source_batches: Optional[int] = None, checkpoint_dir: Optional[str] = None,
-        checkpoint_interval: int = 10, panes_dir: Optional[str] = None) -> Dict[str, Any]:
+        checkpoint_interval: int = 10, panes_dir: Optional[str] = None,
+        allow_empty: bool = False) -> Dict[str, Any]:
     """Run one pipeline over ``batches`` batches of events; returns the per-batch report
     lines, the latest panes and the peak memory.
 
     With ``drain`` the job runs until its source is exhausted and every window fired (it
     ends by itself); without, it stops after ``batches`` batches. ``source_batches``: the
     source holds that many batches (default ``batches``; more, for a run resumed from its
-    ``checkpoint_dir`` to go on with).
+    ``checkpoint_dir`` to go on with). With ``allow_empty``, ``events_per_batch`` 0 makes
+    every batch empty: the source runs and reads nothing (run it without ``drain``).
     """
     from runners.spark import SparkRunner
 
-    per_call = max(1, events_per_batch // shards)
-    per_shard = per_call * (source_batches or batches)
+    per_call = max(0 if allow_empty else 1, events_per_batch // shards)
+    per_shard = max(per_call, 1) * (source_batches or batches)
     with tempfile.TemporaryDirectory(prefix="bench-streaming-") as scratch:
         panes = panes_dir or scratch
         report = os.path.join(scratch, "report.jsonl")

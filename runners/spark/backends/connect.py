@@ -5,7 +5,8 @@ access mode) offers DataFrames and no RDD, broadcast, accumulator or job descrip
 engine runs there unchanged; only this backend differs:
 
 * **stages**: a dataset is a DataFrame of pickled records (:mod:`~runners.spark.backends.
-  connect_rows`) plus the Python functions still to apply to each partition; successive
+  connect_rows`) plus the Python functions still to apply to each partition
+  (:mod:`~runners.spark.backends.connect_dataset`); successive
   functions run in one ``mapInArrow`` pass, as PySpark pipelines an RDD's, so a fused stage
   costs one trip through a Python worker;
 * **shuffles**: ``repartitionById`` on the target partition (``crc32(key) % n`` stays the
@@ -37,11 +38,10 @@ import os
 import pickle
 import tempfile
 import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
-from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 from pyspark.storagelevel import StorageLevel
 
 from runners.spark import options as spark_options
@@ -49,28 +49,21 @@ from runners.spark.backends import connect_rows as rows
 from runners.spark.backends.base import (
     Backend,
     Dataset,
-    IndexedPartitionFunction,
     JobNames,
     MetricsSink,
     PartitionAffinity,
-    PartitionFunction,
     RunMetrics,
 )
 from runners.spark.backends.connect_affinity import PointerAffinity
 from runners.spark.backends.connect_checks import SessionFacts, check_session
-from runners.spark.backends.connect_names import ConnectJobNames, TaggedThread
-from runners.spark.backends.connect_tasks import (
-    ConnectBroadcast,
-    KeyedWriter,
-    PartitionedWriter,
-    PartitionTask,
-    RecordsWriter,
-    ReportSink,
-    SourceRecords,
-    Step,
-    groups_in,
-    records_in,
+from runners.spark.backends.connect_dataset import (
+    PARTITIONED_SCHEMA,
+    RECORDS_SCHEMA,
+    ConnectDataset,
+    result_table,
 )
+from runners.spark.backends.connect_names import ConnectJobNames, TaggedThread
+from runners.spark.backends.connect_tasks import ConnectBroadcast, ReportSink, SourceRecords, Step
 from runners.spark.dependencies import project
 from runners.spark.worker.metrics import pack, unpack
 from runners.spark.worker.records import MetricUpdates
@@ -86,111 +79,17 @@ SOURCE_INLINE_BYTES = 1 << 20
 BROADCAST_INLINE_BYTES = 64 << 10
 
 
-def _schema(*columns: Tuple[str, Any]) -> StructType:
-    return StructType([StructField(name, kind, nullable=False) for name, kind in columns])
-
-
-RECORDS_SCHEMA = _schema((rows.RECORD, BinaryType()))
-PARTITIONED_SCHEMA = _schema((rows.PARTITION, IntegerType()), (rows.RECORD, BinaryType()))
-KEYED_SCHEMA = _schema((rows.PARTITION, IntegerType()), (rows.KEY, BinaryType()),
-                       (rows.RECORD, BinaryType()))
-
-
-class ConnectDataset(Dataset):
-    """A DataFrame of records, and the functions still to apply to its partitions.
-
-    Args:
-      backend: the session's backend.
-      frame: the DataFrame.
-      reader: how a task turns its partition's batches into records.
-      steps: functions to apply, in order, in the same pass.
-      plain: ``frame`` is exactly one :data:`~runners.spark.backends.connect_rows.RECORD`
-        column of records.
-      persisted: ``frame`` is persisted (:meth:`unpersist` frees it).
-      partitions: ``frame`` is :data:`PARTITIONED_SCHEMA` rows ``repartitionById`` into this
-        many partitions (what :meth:`partition_by` makes), else None.
-      known_empty: the dataset has no records (a source of none).
-    """
-
-    def __init__(self, backend: "ConnectBackend", frame: Any,
-                 reader: Callable[..., Iterator[Any]] = records_in,
-                 steps: Tuple[Step, ...] = (), plain: bool = False,
-                 persisted: bool = False, partitions: Optional[int] = None,
-                 known_empty: bool = False) -> None:
-        self.backend = backend
-        self._frame = frame
-        self._reader = reader
-        self._steps = steps
-        self._plain = plain
-        self._persisted = persisted
-        self._partitions = partitions
-        self._known_empty = known_empty
-
-    @property
-    def partitions(self) -> Optional[int]:
-        return self._partitions
-
-    @property
-    def known_empty(self) -> bool:
-        return self._known_empty
-
-    @property
-    def reader(self) -> Callable[..., Iterator[Any]]:
-        return self._reader
-
-    @property
-    def steps(self) -> Tuple[Step, ...]:
-        return self._steps
-
-    @property
-    def partitioned_frame(self) -> Any:
-        """The DataFrame of a dataset made by :meth:`partition_by` (its rows as shuffled,
-        before :attr:`steps`)."""
-        if self.partitions is None:
-            raise ValueError("this dataset was not made by partition_by")
-        return self._frame
-
-    def map_partitions(self, function: PartitionFunction) -> "ConnectDataset":
-        return ConnectDataset(self.backend, self._frame, self._reader,
-                              self._steps + ((False, function),), partitions=self.partitions)
-
-    def map_partitions_with_index(self, function: IndexedPartitionFunction) -> "ConnectDataset":
-        return ConnectDataset(self.backend, self._frame, self._reader,
-                              self._steps + ((True, function),), partitions=self.partitions)
-
-    def partition_by(self, partitions: int) -> "ConnectDataset":
-        written = self._apply(PartitionedWriter(partitions, self.backend.binary),
-                              PARTITIONED_SCHEMA)
-        return ConnectDataset(self.backend, written.repartitionById(partitions, rows.PARTITION),
-                              partitions=partitions)
-
-    def group_by_key(self, partitions: int,
-                     partition_of: Callable[[Any], int]) -> "ConnectDataset":
-        written = self._apply(KeyedWriter(partitions, partition_of, self.backend.binary),
-                              KEYED_SCHEMA)
-        grouped = written.repartitionById(partitions, rows.PARTITION).sortWithinPartitions(
-            rows.KEY)
-        return ConnectDataset(self.backend, grouped, groups_in)
-
-    def coalesce(self, partitions: int) -> "ConnectDataset":
-        return ConnectDataset(self.backend, self.frame().coalesce(partitions), plain=True)
-
-    def frame(self) -> Any:
-        """A DataFrame of one :data:`~runners.spark.backends.connect_rows.RECORD` column."""
-        if self._plain and not self._steps:
-            return self._frame
-        if self._reader is records_in and not self._steps:
-            return self._frame.select(rows.RECORD)
-        return self._apply(RecordsWriter(self.backend.binary), RECORDS_SCHEMA)
-
-    def _apply(self, writer: Callable[[Iterable[Any]], Iterator[Any]], schema: StructType) -> Any:
-        task = PartitionTask(self._reader, self._steps, writer)
-        return self._frame.mapInArrow(task, schema)
-
-    def unpersist(self) -> None:
-        if self._persisted:
-            self._frame.unpersist()
-            self._persisted = False
+#: Said once per session: a user's session (the runner's own have it off) with adaptive query
+#: execution on. The runner's shuffles have fixed partition counts and no joins: re-planning
+#: gains nothing, and a keyed step's placement does not depend on it (a new pointer is
+#: cached at once, see connect_affinity).
+ADAPTIVE_WARNING = (
+    "%s has adaptive query execution on (spark.sql.adaptive.enabled=true, Spark's default): "
+    "every query of the runner is re-planned after its shuffle, in a Spark job of its own "
+    "(a streaming micro-batch runs two Spark jobs instead of one: 0.92 s a batch instead of "
+    "0.75 s measured on local[2]; a batch pipeline 10-25%% slower). The runner keeps to the session's settings; for its "
+    "speed, set spark.conf.set('spark.sql.adaptive.enabled', 'false') before the run, or give "
+    "--spark_remote sc://... (a session of the runner's own, with it off)")
 
 
 class ReportedMetrics(RunMetrics):
@@ -251,6 +150,7 @@ class ConnectBackend(Backend):
         self.binary = pa.large_binary() if facts.large_binary else pa.binary()
         self._artifacts: set = set()
         self._artifacts_lock = threading.Lock()
+        self._slices: Dict[int, Any] = {}  # partitions -> the sources' range of slices
 
     @classmethod
     def of(cls, session: Any) -> "ConnectBackend":
@@ -264,6 +164,8 @@ class ConnectBackend(Backend):
                 backend.facts = check_session(session, backend.describe())
                 backend.binary = pa.large_binary() if backend.facts.large_binary else pa.binary()
                 cls._SESSIONS[session.session_id] = backend
+                if backend.facts.adaptive:
+                    _LOGGER.warning(ADAPTIVE_WARNING, backend.describe())
         return backend
 
     @classmethod
@@ -306,8 +208,8 @@ class ConnectBackend(Backend):
         partitions = max(partitions, 1)
         reader = SourceRecords(records, partitions)
         if len(reader.pickled) <= SOURCE_INLINE_BYTES:
-            frame = self.session.range(0, partitions, 1, partitions)
-            return ConnectDataset(self, frame, reader, known_empty=not records)
+            return ConnectDataset(self, self._slices_frame(partitions), reader,
+                                  known_empty=not records)
         # Too large to ride in the task function: a DataFrame of the records, dealt.
         table = pa.table({
             rows.PARTITION: pa.array([position * partitions // len(records)
@@ -316,6 +218,19 @@ class ConnectBackend(Backend):
                                    for record in records], self.binary)})
         frame = self.session.createDataFrame(table, schema=PARTITIONED_SCHEMA)
         return ConnectDataset(self, frame.repartitionById(partitions, rows.PARTITION))
+
+    def _slices_frame(self, partitions: int) -> Any:
+        """``spark.range`` of one row per slice in as many partitions, one DataFrame per
+        count for the session's sources. The first ``mapInArrow`` over a DataFrame asks the
+        server for its columns (an ``AnalyzePlan``, 6-34 ms measured, in every micro-batch
+        when each source made its own); a DataFrame keeps the answer, so a reused one asks
+        once."""
+        with self._LOCK:
+            frame = self._slices.get(partitions)
+            if frame is None:
+                frame = self._slices[partitions] = self.session.range(0, partitions, 1,
+                                                                      partitions)
+        return frame
 
     def union(self, datasets: Sequence[Dataset]) -> ConnectDataset:
         if len(datasets) == 1:
@@ -331,8 +246,7 @@ class ConnectBackend(Backend):
                               plain=True, persisted=True)
 
     def collect(self, dataset: Dataset) -> List[Any]:
-        table = dataset.frame().toArrow()
-        return list(rows.read_records(table.to_batches()))
+        return list(rows.read_records(result_table(dataset.frame()).to_batches()))
 
     def broadcast(self, value: Any) -> ConnectBroadcast:
         pickled = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
@@ -367,6 +281,13 @@ class ConnectBackend(Backend):
     def records(self, frame: Any) -> ConnectDataset:
         """The records of ``frame``, a DataFrame of :attr:`records_schema`."""
         return ConnectDataset(self, frame, plain=True)
+
+    def placed(self, pointer: Any, frame: Any, reader: Callable[..., Iterator[Any]],
+               steps: Tuple[Step, ...]) -> ConnectDataset:
+        """A keyed step's output: ``frame`` (by key partition) cogrouped with ``pointer``,
+        ``reader`` then ``steps`` in each key partition's task, and the steps added later
+        too (see :class:`ConnectDataset`)."""
+        return ConnectDataset(self, frame, reader, steps, pointer=pointer)
 
     def keyed_empty(self, partitions: int) -> ConnectDataset:
         """No records, as :meth:`ConnectDataset.partition_by` lays them out (no Python task

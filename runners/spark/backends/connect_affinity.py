@@ -50,16 +50,12 @@ import time
 import uuid
 from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Tuple
 
+import pyarrow as pa
 from pyspark.storagelevel import StorageLevel
 
 from runners.spark.backends import connect_rows as rows
 from runners.spark.backends.base import IndexedPartitionFunction, JobNames, PartitionAffinity
-from runners.spark.backends.connect_tasks import (
-    PartitionTask,
-    PlacedTask,
-    PointerTask,
-    RecordsWriter,
-)
+from runners.spark.backends.connect_tasks import PartitionTask, PlacedTask, PointerTask
 from runners.spark.backends.spreading import (
     SPREAD_PROBE_SHARE,
     SpreadCheck,
@@ -116,17 +112,22 @@ class PointerAffinity(PartitionAffinity):
                 rows.PARTITION, f"CAST(NULL AS BINARY) AS {rows.RECORD}")
         else:
             frame = dataset.partitioned_frame
-        task = PlacedTask(PartitionTask(dataset.reader, dataset.steps + ((True, function),),
-                                        RecordsWriter(self.backend.binary)),
-                          self.backend.binary).function()
-        placed = pointer.groupBy(rows.PARTITION).cogroup(
-            frame.groupBy(rows.PARTITION)).applyInArrow(task, self.backend.records_schema)
-        return self.backend.records(placed)
+        # The cogroup is made when the dataset's frame is: the steps that follow the step's
+        # in the same Spark stage run in its task.
+        return self.backend.placed(pointer, frame, dataset.reader,
+                                   dataset.steps + ((True, function),))
 
     def _pointer(self, place: str) -> Any:
         pointer = self._pointers.get(place)
         if pointer is None:
             pointer = self._pointers[place] = self._new_pointer()
+            if self.backend.facts.adaptive:
+                # Adaptive execution plans a cached relation's partitioning as unknown until
+                # the relation is computed: the step's first query would shuffle both sides
+                # of the cogroup into spark.sql.shuffle.partitions tasks, placed anywhere
+                # (measured). Computed now, the pointer is cached with its partitioning, and
+                # the cogroup plans no exchange from the first batch on.
+                pointer.count()
         return pointer
 
     def _new_pointer(self) -> Any:
@@ -251,6 +252,16 @@ class PointerAffinity(PartitionAffinity):
                 pointer.unpersist()
             except Exception as error:  # a session gone: its cache went with it
                 _LOGGER.warning("could not free a keyed step's pointer: %s", error)
+
+
+def placed_frame(pointer: Any, frame: Any, task: PartitionTask, schema: Any,
+                 arrow_schema: pa.Schema) -> Any:
+    """``frame`` (rows by :data:`~runners.spark.backends.connect_rows.PARTITION`) cogrouped
+    with ``pointer``: ``task`` once per key partition, where the pointer's partition is
+    cached; its rows of ``schema`` (``arrow_schema`` as its writer makes them)."""
+    placed = PlacedTask(task, arrow_schema).function()
+    return pointer.groupBy(rows.PARTITION).cogroup(frame.groupBy(rows.PARTITION)).applyInArrow(
+        placed, schema)
 
 
 def _named(names: Optional[JobNames], what: str) -> Any:

@@ -48,6 +48,8 @@ from runners.spark.dependencies.working_directory import PROBE_FILE_PREFIX
 MINIMUM_SERVER = (4, 1)
 _SPLITS = re.compile(r"splits=(\d+)")
 _ARROW_LARGE_TYPES = "spark.sql.execution.arrow.useLargeVarTypes"
+#: Adaptive query execution: on by default in Spark, off in the sessions the runner makes.
+ADAPTIVE_EXECUTION = "spark.sql.adaptive.enabled"
 
 
 class ConnectSessionError(RuntimeError):
@@ -62,6 +64,7 @@ class SessionFacts:
     default_parallelism: int = 2  # partitions of a leaf DataFrame: the server's cores
     single_executor: bool = False  # a local master: every task on one executor
     large_binary: bool = False  # Arrow batches carry binary columns as large_binary
+    adaptive: bool = False  # the session re-plans queries as they run (spark.sql.adaptive)
     workers: Dict[str, str] = dataclasses.field(default_factory=dict)  # the probe's answer
     #: directory of the driver -> whether the workers see it (the working directory the
     #: session was checked in; the backend adds the directories its runs start in)
@@ -111,6 +114,7 @@ def check_session(session: Any, where: str) -> SessionFacts:
             "serverless environment with Spark 4.1+), or run on classic Spark "
             "(--spark_master_url)")
     facts.large_binary = str(session.conf.get(_ARROW_LARGE_TYPES, "false")).lower() == "true"
+    facts.adaptive = str(session.conf.get(ADAPTIVE_EXECUTION, "true")).lower() == "true"
     master = str(session.conf.get("spark.master", "") or "")
     facts.single_executor = master == "local" or master.startswith("local[")
     facts.default_parallelism = splits_of(

@@ -132,12 +132,13 @@ class PartitionTask:
 # ----- a keyed step's task, placed by a pointer (runners.spark.backends.connect_affinity)
 class PlacedTask:
     """What the cogroup runs for one key partition: the partition's input through the
-    dataset's functions and the step's, in the driver's working directory where the workers
-    see it (as :class:`PartitionTask`)."""
+    dataset's functions, the step's and those that follow it, in the driver's working
+    directory where the workers see it (as :class:`PartitionTask`); ``schema``: the Arrow
+    schema of what the task's writer makes."""
 
-    def __init__(self, task: PartitionTask, binary: pa.DataType) -> None:
+    def __init__(self, task: PartitionTask, schema: pa.Schema) -> None:
         self.task = task
-        self.schema = pa.schema([pa.field(rows.RECORD, binary)])  # as the writer makes it
+        self.schema = schema
 
     def run(self, key: Tuple[Any, ...], pointer: pa.Table, records: pa.Table) -> pa.Table:
         """The key partition ``key[0]`` (an Arrow scalar): its pointer row (ignored) and its

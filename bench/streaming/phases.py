@@ -1,0 +1,603 @@
+"""``python -m bench.streaming.phases``: where a micro-batch's time goes, phase by phase, on
+classic Spark and on Spark Connect, on the driver (client) and in Spark (server).
+
+The latency workload (:func:`bench.streaming.beam.windowed_sum`) runs on a classic session
+and on a Connect server, both ``local[2]`` and both writing Spark's event log, at two sizes:
+an *empty* batch (the source reads nothing: its stage still runs, a query of one stage) and
+``--events-per-batch`` events (10,000: the source, the combine's keyed step, the panes).
+Each batch's time is split into phases from two records of the same wall clock:
+
+* the driver's own, taken here by wrapping what the runner calls (nothing in the runner is
+  changed): on Connect every gRPC call of the session's client (``ExecutePlan`` with the
+  time of its first and last response, ``AnalyzePlan`` by method, ``Config``, artifacts,
+  ``ReleaseExecute``), the conversion of a DataFrame's plan to protobuf
+  (``LogicalPlan.to_proto``) and, inside it, the pickling of each Python function
+  (``PythonUDF.to_plan``), and the backend's ``collect`` (the query, then the decoding of
+  its Arrow result into records); on classic the backend's ``collect`` and broadcasts;
+* the server's, from its event log (``spark.eventLog.enabled``): for a Connect operation
+  the times it started, was analysed and was ready for execution (optimised and planned)
+  and finished (Spark Connect's own listener events), and the submission and completion of
+  the Spark jobs it ran; on classic the jobs.
+
+A batch's time is then: the engine's own Python (what no wrapped call covers: planning the
+round, the streaming loop's bookkeeping), pickling the functions, building the protobuf,
+the ``AnalyzePlan`` and other round trips, and per query: request to server, analysis,
+optimisation and planning, until the first job starts, the jobs, until the operation is
+finished, results to the client, decoding. Figures are medians over the measured batches
+(batch 0 is not measured), with the RPCs a batch makes and the bytes a query sends.
+
+Examples::
+
+    python -m bench.streaming.phases                     # both engines, both sizes
+    python -m bench.streaming.phases --engines connect --batches 6 --sizes 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import glob
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from bench.report import RESULTS_DIR, percentile, write_jsonl
+from bench.streaming import beam as streaming_beam
+
+#: What the phase table shows, in order, with its label.
+PHASES: Tuple[Tuple[str, str], ...] = (
+    ("engine", "engine's own Python (planning, loop)"),
+    ("pickle", "pickling functions (client)"),
+    ("to_proto", "building the plan protobuf (client)"),
+    ("analyze_rpc", "AnalyzePlan round trips"),
+    ("other_rpc", "other round trips (Config, artifacts)"),
+    ("submit", "request to server / job submission"),
+    ("analysis", "server: analysis"),
+    ("planning", "server: optimisation + physical plan"),
+    ("to_job", "server: until the first job starts"),
+    ("jobs", "Spark jobs (tasks)"),
+    ("after_jobs", "server: after the jobs, results out"),
+    ("transfer", "results to the client"),
+    ("decode", "DataFrame building, results decoded"),
+)
+#: gRPC methods of the Spark Connect service a client calls.
+RPC_METHODS = ("ExecutePlan", "ReattachExecute", "AnalyzePlan", "Config", "AddArtifacts",
+               "ArtifactStatus", "ReleaseExecute", "Interrupt", "FetchErrorDetails")
+
+
+@dataclasses.dataclass
+class Span:
+    """One wrapped call on the driver: what, when (wall clock, seconds), in which thread."""
+
+    kind: str
+    start: float
+    end: float
+    thread: int
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+class Timeline:
+    """The driver's spans, recorded by wrappers (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.spans: List[Span] = []
+        self._lock = threading.Lock()
+
+    def add(self, span: Span) -> None:
+        with self._lock:
+            self.spans.append(span)
+
+    def timed(self, kind: str, function: Callable[..., Any],
+              extra: Optional[Callable[..., Dict[str, Any]]] = None) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.add(Span(kind, start, time.time(), threading.get_ident(),
+                              extra(*args, **kwargs) if extra else {}))
+        return wrapper
+
+    def streamed(self, kind: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        """A unary-stream RPC: the span runs from the call to its last response."""
+        def wrapper(request: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            start = time.time()
+            thread = threading.get_ident()
+            responses = iter(function(request, *args, **kwargs))
+            info: Dict[str, Any] = {"operation": getattr(request, "operation_id", ""),
+                                    "request_bytes": request.ByteSize(), "result_bytes": 0,
+                                    "responses": 0, "first": None}
+
+            recorded = []
+
+            def record() -> None:
+                if not recorded:
+                    recorded.append(True)
+                    self.add(Span(kind, start, time.time(), thread, info))
+
+            def generate() -> Iterator[Any]:
+                # The client stops reading at the response that says the result is complete.
+                try:
+                    for response in responses:
+                        info["responses"] += 1
+                        if info["first"] is None:
+                            info["first"] = time.time()
+                        if response.HasField("arrow_batch"):
+                            info["result_bytes"] += len(response.arrow_batch.data)
+                        if response.HasField("result_complete"):
+                            record()
+                        yield response
+                finally:
+                    record()
+            return generate()
+        return wrapper
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, replacement: Callable[[Any], Any]) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, replacement(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def _rpc_extra(method: str) -> Callable[..., Dict[str, Any]]:
+    def extra(request: Any, *args: Any, **kwargs: Any) -> Dict[str, Any]:
+        found: Dict[str, Any] = {"method": method, "caller": _caller()}
+        try:
+            found["request_bytes"] = request.ByteSize()
+            if method == "AnalyzePlan":
+                found["what"] = request.WhichOneof("analyze")
+            elif method == "Config":
+                found["what"] = request.operation.WhichOneof("op_type")
+        except Exception:  # a streaming request (AddArtifacts): an iterator
+            pass
+        return found
+    return extra
+
+
+def _caller() -> str:
+    """The runner's innermost line on the stack (what asked for the round trip)."""
+    for frame in reversed(traceback.extract_stack()):
+        if f"{os.sep}runners{os.sep}" in frame.filename:
+            return f"{frame.filename.split(os.sep + 'runners' + os.sep)[-1]}:{frame.lineno}"
+    return ""
+
+
+@contextlib.contextmanager
+def probe_connect(session: Any, timeline: Timeline) -> Iterator[None]:
+    """Wrap the Connect client's RPCs, plan building, pickling and the backend's collect."""
+    from pyspark.sql.connect import expressions, plan
+
+    from runners.spark.backends.connect import ConnectBackend
+
+    stub = session.client._internal_stub
+    with contextlib.ExitStack() as stack:
+        for method in RPC_METHODS:
+            if not hasattr(stub, method):
+                continue
+            if method in ("ExecutePlan", "ReattachExecute"):
+                stack.enter_context(_patched(stub, method, lambda original, method=method:
+                                             timeline.streamed("rpc:" + method, original)))
+            else:
+                stack.enter_context(_patched(stub, method, lambda original, method=method:
+                                             timeline.timed("rpc:" + method, original,
+                                                            _rpc_extra(method))))
+        stack.enter_context(_patched(plan.LogicalPlan, "to_proto", lambda original:
+                                     timeline.timed("to_proto", original)))
+        stack.enter_context(_patched(expressions.PythonUDF, "to_plan",
+                                     lambda original: _pickling(timeline, original)))
+
+        # The backend's own collect: its time less the nested calls' is the DataFrame's
+        # building and the decoding of the result.
+        stack.enter_context(_patched(ConnectBackend, "collect", lambda original:
+                                     timeline.timed("collect", original)))
+        yield
+
+
+def _pickling(timeline: Timeline, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``PythonUDF.to_plan`` timed, with the pickled function's size and what it is."""
+    def to_plan(udf: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.time()
+        expression = original(udf, *args, **kwargs)
+        timeline.add(Span("pickle", start, time.time(), threading.get_ident(),
+                          {"bytes": len(expression.command), "function": _describe(udf._func)}))
+        return expression
+    return to_plan
+
+
+def _describe(function: Any) -> str:
+    """A short name of a pickled function: its class or name, and its task's steps."""
+    target = getattr(function, "func", function)  # a functools.partial
+    task = getattr(target, "task", target)
+    steps = getattr(task, "steps", ())
+    names = [getattr(step, "__qualname__", type(step).__name__) for _, step in steps]
+    return type(task).__name__ + (f"[{', '.join(names)}]" if names else "")
+
+
+@contextlib.contextmanager
+def probe_classic(timeline: Timeline) -> Iterator[None]:
+    from runners.spark.backends.classic import ClassicBackend
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_patched(ClassicBackend, "collect", lambda original:
+                                     timeline.timed("collect", original)))
+        stack.enter_context(_patched(ClassicBackend, "broadcast", lambda original:
+                                     timeline.timed("other_rpc", original)))
+        yield
+
+
+# ----- the server's event log
+@dataclasses.dataclass
+class Operation:
+    """A Spark Connect operation as the server's event log has it (seconds)."""
+
+    operation: str
+    started: float
+    analyzed: Optional[float] = None
+    ready: Optional[float] = None
+    finished: Optional[float] = None
+
+
+@dataclasses.dataclass
+class Stage:
+    """A Spark stage as the event log has it: when it ran (seconds) and its tasks' times
+    (launch, finish, seconds; Python's own time, ms, where Spark SQL measured it)."""
+
+    stage: int
+    submitted: float
+    completed: float
+    tasks: List[Tuple[float, float, float]] = dataclasses.field(default_factory=list)
+
+
+def read_event_log(directory: str) -> Tuple[Dict[str, Operation], List[Tuple[float, float]],
+                                            List[Stage]]:
+    """The Connect operations (by id), the Spark jobs (submitted, completed) and the stages
+    of the event logs in ``directory``."""
+    operations: Dict[str, Operation] = {}
+    submitted: Dict[int, float] = {}
+    jobs: List[Tuple[float, float]] = []
+    tasks: Dict[int, List[Tuple[float, float, float]]] = {}
+    stages: List[Stage] = []
+    suffix = "service.SparkListenerConnectOperation"
+    for path in glob.glob(os.path.join(directory, "*")):
+        with open(path, encoding="utf-8") as log:
+            for line in log:
+                event = json.loads(line)
+                name = event["Event"]
+                if name == "SparkListenerTaskEnd":
+                    info = event["Task Info"]
+                    python = sum(float(entry.get("Update", 0)) for entry in
+                                 info.get("Accumulables", ())
+                                 if entry.get("Name") == "time to execute Python code")
+                    tasks.setdefault(event["Stage ID"], []).append(
+                        (info["Launch Time"] / 1000, info["Finish Time"] / 1000, python))
+                elif name == "SparkListenerStageCompleted":
+                    info = event["Stage Info"]
+                    if "Submission Time" in info:
+                        stages.append(Stage(info["Stage ID"], info["Submission Time"] / 1000,
+                                            info["Completion Time"] / 1000,
+                                            tasks.pop(info["Stage ID"], [])))
+                elif name == "SparkListenerJobStart":
+                    submitted[event["Job ID"]] = event["Submission Time"] / 1000
+                elif name == "SparkListenerJobEnd" and event["Job ID"] in submitted:
+                    jobs.append((submitted.pop(event["Job ID"]), event["Completion Time"] / 1000))
+                elif suffix in name:
+                    what = name.rsplit(suffix, 1)[1]
+                    at = event["eventTime"] / 1000
+                    if what == "Started":
+                        operations[event["operationId"]] = Operation(event["operationId"], at)
+                    elif event["operationId"] in operations:
+                        operation = operations[event["operationId"]]
+                        if what == "Analyzed":
+                            operation.analyzed = at
+                        elif what == "ReadyForExecution":
+                            operation.ready = at
+                        elif what == "Finished":
+                            operation.finished = at
+    return operations, sorted(jobs), sorted(stages, key=lambda stage: stage.submitted)
+
+
+# ----- phases of a batch
+def _exclusive(spans: List[Span]) -> List[Tuple[Span, float]]:
+    """Each span with its own time: its duration less that of the spans nested in it (one
+    thread's calls nest)."""
+    ordered = sorted(spans, key=lambda span: (span.start, -span.end))
+    own = {id(span): span.seconds for span in ordered}
+    stack: List[Span] = []
+    for span in ordered:
+        while stack and stack[-1].end <= span.start:
+            stack.pop()
+        if stack and span.end <= stack[-1].end + 1e-6:
+            own[id(stack[-1])] -= span.seconds
+        stack.append(span)
+    return [(span, max(0.0, own[id(span)])) for span in ordered]
+
+
+def batch_phases(start: float, end: float, spans: List[Span], thread: int,
+                 operations: Dict[str, Operation], jobs: List[Tuple[float, float]],
+                 stages: Sequence[Stage] = ()) -> Dict[str, Any]:
+    """The phases of the batch that ran from ``start`` to ``end`` in ``thread``
+    (milliseconds), and what it asked of the server."""
+    inside = [span for span in spans if span.thread == thread and start - 0.002 <= span.start
+              and span.end <= end + 0.002]
+    phases = {name: 0.0 for name, _ in PHASES}
+    counts: Dict[str, int] = {}
+    sizes = {"plan_bytes": 0, "result_bytes": 0, "pickled_functions": 0, "pickled_bytes": 0}
+    for span, own in _exclusive(inside):
+        kind = span.kind
+        if kind.startswith("rpc:"):
+            method = kind[4:]
+            label = method + (f"({span.extra['what']})" if span.extra.get("what") else "")
+            counts[label] = counts.get(label, 0) + 1
+        if kind == "pickle":
+            phases["pickle"] += own
+            sizes["pickled_functions"] += 1
+            sizes["pickled_bytes"] += span.extra.get("bytes", 0)
+        elif kind == "to_proto":
+            phases["to_proto"] += own
+        elif kind == "rpc:AnalyzePlan":
+            phases["analyze_rpc"] += own
+        elif kind in ("rpc:ExecutePlan", "rpc:ReattachExecute"):
+            sizes["plan_bytes"] += span.extra.get("request_bytes", 0)
+            sizes["result_bytes"] += span.extra.get("result_bytes", 0)
+            _split_query(span, own, operations.get(span.extra.get("operation", "")), jobs,
+                         phases)
+        elif kind == "decode":
+            phases["decode"] += own
+        elif kind == "collect":  # classic: submission, jobs, results; Connect: decoding
+            if any(s.kind.startswith("rpc:") for s in inside):
+                phases["decode"] += own
+            elif own > 0.001:
+                _split_classic(span, own, jobs, phases)
+            else:
+                phases["engine"] += own
+        elif kind.startswith("rpc:") or kind == "other_rpc":
+            phases["other_rpc"] += own
+    sizes["spark_jobs"] = len(_jobs_within(jobs, start, end))
+    covered = sum(own for span, own in _exclusive(inside))
+    phases["engine"] += max(0.0, (end - start) - covered)
+    figures = {name: round(value * 1000, 1) for name, value in phases.items()}
+    figures["total"] = round((end - start) * 1000, 1)
+    timeline = [[_label(span), round((span.start - start) * 1000, 1),
+                 round((span.end - start) * 1000, 1), own_ms(own)]
+                for span, own in _exclusive(inside)]
+    for stage in stages:
+        if start <= stage.submitted and stage.completed <= end + 0.002:
+            timeline.append([f"stage {stage.stage} ({len(stage.tasks)} tasks: "
+                             + ", ".join(f"{own_ms(finish - launch):.0f}"
+                                         + (f" py {python:.0f}" if python else "")
+                                         for launch, finish, python in stage.tasks) + ")",
+                             own_ms(stage.submitted - start), own_ms(stage.completed - start),
+                             own_ms(stage.completed - stage.submitted)])
+    for begin, finish in _jobs_within(jobs, start, end):
+        timeline.append(["job", own_ms(begin - start), own_ms(finish - start),
+                         own_ms(finish - begin)])
+    for operation in operations.values():
+        if start <= operation.started <= end:
+            timeline.append([f"operation (analysed +{own_ms((operation.analyzed or 0) - operation.started)}, "
+                             f"ready +{own_ms((operation.ready or 0) - operation.started)})",
+                             own_ms(operation.started - start),
+                             own_ms((operation.finished or operation.started) - start), 0])
+    timeline.sort(key=lambda entry: entry[1])
+    return {"phases": figures, "rpcs": counts, **sizes, "timeline": timeline}
+
+
+def _label(span: Span) -> str:
+    if span.kind == "pickle":
+        return f"pickle {span.extra.get('function', '')} {span.extra.get('bytes', 0):,} B"
+    if span.kind.startswith("rpc:"):
+        details = [f"{key} {value}" for key, value in span.extra.items()
+                   if key in ("what", "request_bytes", "result_bytes", "caller")]
+        return span.kind + (f" ({', '.join(details)})" if details else "")
+    return span.kind
+
+
+def own_ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+def _jobs_within(jobs: List[Tuple[float, float]], start: float,
+                 end: float) -> List[Tuple[float, float]]:
+    return [job for job in jobs if start - 0.002 <= job[0] and job[1] <= end + 0.002]
+
+
+def _split_query(span: Span, own: float, operation: Optional[Operation],
+                 jobs: List[Tuple[float, float]], phases: Dict[str, float]) -> None:
+    """An ExecutePlan's time: request, analysis, planning, to the job, jobs, after, results."""
+    if operation is None or None in (operation.analyzed, operation.ready, operation.finished):
+        phases["submit"] += own  # not in the event log (a command): all of it
+        return
+    ran = _jobs_within(jobs, operation.ready, operation.finished)
+    first_job = min((job[0] for job in ran), default=operation.finished)
+    last_job = max((job[1] for job in ran), default=first_job)
+    points = [span.start, operation.started, operation.analyzed, operation.ready, first_job,
+              last_job, operation.finished, span.end]
+    for position in range(1, len(points)):  # clocks in ms on one side: keep it monotonic
+        points[position] = max(points[position], points[position - 1])
+    for name, (begin, until) in zip(("submit", "analysis", "planning", "to_job", "jobs",
+                                     "after_jobs", "transfer"), zip(points, points[1:])):
+        phases[name] += until - begin
+
+
+def _split_classic(span: Span, own: float, jobs: List[Tuple[float, float]],
+                   phases: Dict[str, float]) -> None:
+    ran = _jobs_within(jobs, span.start, span.end)
+    if not ran:
+        phases["submit"] += own
+        return
+    first, last = min(job[0] for job in ran), max(job[1] for job in ran)
+    phases["submit"] += max(0.0, first - span.start)
+    phases["jobs"] += max(0.0, last - first)
+    phases["transfer"] += max(0.0, span.end - last)
+
+
+# ----- runs
+def measure(engine: str, session: Any, log_directory: str, events_per_batch: int,
+            batches: int, arguments: argparse.Namespace) -> Dict[str, Any]:
+    """One run of the latency workload on ``session`` with its phases per batch."""
+    timeline = Timeline()
+    probe = (probe_connect(session, timeline) if engine == "connect"
+             else probe_classic(timeline))
+    threads: Dict[str, int] = {}
+    original_run = None
+    from runners.spark.streaming import loop
+
+    original_run = loop.StreamingExecution.run
+
+    def run(execution: Any) -> None:
+        threads["loop"] = threading.get_ident()
+        return original_run(execution)
+
+    loop.StreamingExecution.run = run
+    try:
+        with probe:
+            result = streaming_beam.run(
+                session, streaming_beam.windowed_sum,
+                arguments.master if engine == "classic" else None, arguments.parallelism,
+                arguments.shards, events_per_batch, batches, arguments.seed, drain=False,
+                allow_empty=True)
+    finally:
+        loop.StreamingExecution.run = original_run
+    time.sleep(1.5)  # the event log is written by a listener thread of its own
+    operations, jobs, stages = read_event_log(log_directory)
+    measured = []
+    for line in result["lines"][1:]:
+        end = line["time"]
+        start = end - line["millis"] / 1000
+        measured.append(batch_phases(start, end, timeline.spans, threads["loop"], operations,
+                                     jobs, stages))
+    return summarize(engine, events_per_batch, measured)
+
+
+def summarize(engine: str, events_per_batch: int,
+              measured: List[Dict[str, Any]]) -> Dict[str, Any]:
+    names = [name for name, _ in PHASES] + ["total"]
+    medians = {name: percentile([batch["phases"][name] for batch in measured], 0.5)
+               for name in names}
+    rpcs: Dict[str, float] = {}
+    for batch in measured:
+        for label, count in batch["rpcs"].items():
+            rpcs[label] = rpcs.get(label, 0) + count / len(measured)
+    return {"engine": engine, "events_per_batch": events_per_batch, "batches": len(measured),
+            "median_ms": medians, "rpcs_per_batch": {label: round(count, 2)
+                                                     for label, count in sorted(rpcs.items())},
+            "plan_bytes": percentile([batch["plan_bytes"] for batch in measured], 0.5),
+            "result_bytes": percentile([batch["result_bytes"] for batch in measured], 0.5),
+            "pickled_functions": percentile([batch["pickled_functions"] for batch in measured],
+                                            0.5),
+            "pickled_bytes": percentile([batch["pickled_bytes"] for batch in measured], 0.5),
+            "spark_jobs": percentile([batch["spark_jobs"] for batch in measured], 0.5),
+            "per_batch": measured}
+
+
+def print_table(records: Sequence[Dict[str, Any]]) -> None:
+    columns = [f"{record['engine']} {record['events_per_batch']:,}" for record in records]
+    print(f"\nmedian ms per batch, by phase ({records[0]['batches']} batches measured each)")
+    print(f"  {'':42s}" + "".join(f"{column:>16s}" for column in columns))
+    for name, label in PHASES + (("total", "total (the batch)"),):
+        print(f"  {label:42s}" + "".join(f"{record['median_ms'][name]:16.1f}"
+                                          for record in records))
+    print(f"  {'sum of the medians':42s}" + "".join(
+        f"{sum(record['median_ms'][name] for name, _ in PHASES):16.1f}" for record in records))
+    labels = sorted({label for record in records for label in record["rpcs_per_batch"]})
+    for label in labels:
+        print(f"  {'RPCs a batch: ' + label:42s}" + "".join(
+            f"{record['rpcs_per_batch'].get(label, 0):16.2f}" for record in records))
+    for key, label in (("spark_jobs", "Spark jobs a batch"),
+                       ("pickled_functions", "functions pickled a batch"),
+                       ("pickled_bytes", "pickled function bytes a batch"),
+                       ("plan_bytes", "query plan bytes sent a batch"),
+                       ("result_bytes", "result bytes (Arrow) a batch")):
+        print(f"  {label:42s}" + "".join(f"{record[key] or 0:16,.0f}" for record in records))
+
+
+def run(arguments: argparse.Namespace) -> List[Dict[str, Any]]:
+    from bench.session import bench_connect_server, bench_session
+
+    records: List[Dict[str, Any]] = []
+    logs = tempfile.mkdtemp(prefix="bench-phases-")
+    event_log = {"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+                 "spark.eventLog.rolling.enabled": "false"}
+    if "classic" in arguments.engines:
+        classic_logs = os.path.join(logs, "classic")
+        os.makedirs(classic_logs)
+        session = bench_session(arguments.master, arguments.parallelism,
+                                {**event_log, "spark.eventLog.dir": classic_logs})
+        for size in arguments.sizes:
+            records.append(measure("classic", session, classic_logs, size, arguments.batches,
+                                   arguments))
+        session.stop()
+    if "connect" in arguments.engines:
+        connect_logs = os.path.join(logs, "connect")
+        os.makedirs(connect_logs)
+        server = bench_connect_server(arguments.master, arguments.parallelism,
+                                      {**event_log, "spark.eventLog.dir": connect_logs,
+                                       **arguments.conf})
+        connect = server.session()
+        try:
+            for size in arguments.sizes:
+                records.append(measure("connect", connect, connect_logs, size,
+                                       arguments.batches, arguments))
+        finally:
+            connect.stop()
+            server.stop()
+    return records
+
+
+def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.streaming.phases",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--engines", default="classic,connect")
+    parser.add_argument("--sizes", default="0,10000",
+                        help="events a batch, comma-separated (0: an empty batch)")
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--timeline", action="store_true",
+                        help="print the last batch's wrapped calls too")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the Connect server; repeatable")
+    arguments = parser.parse_args(argv)
+    arguments.engines = [name.strip() for name in arguments.engines.split(",")]
+    arguments.sizes = [int(size) for size in arguments.sizes.split(",")]
+    arguments.conf = dict(entry.split("=", 1) for entry in arguments.conf)
+    return arguments
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    arguments = parse_arguments(argv)
+    records = run(arguments)
+    for record in records:
+        record["load_average_1min"] = round(os.getloadavg()[0], 2)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    write_jsonl(RESULTS_DIR / f"streaming-phases-{stamp}.jsonl", records)
+    print_table(records)
+    if arguments.timeline:
+        for record in records:
+            print(f"\n{record['engine']} {record['events_per_batch']:,}: the last batch's calls "
+                  "(kind, start ms, end ms, own ms)")
+            for entry in record["per_batch"][-1]["timeline"]:
+                print("  ", *entry)
+    print(f"\nload average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
