@@ -561,14 +561,16 @@ def run(arguments: argparse.Namespace) -> List[Dict[str, Any]]:
 def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.streaming.phases",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--engines", default="classic,connect")
+    parser.add_argument("--engines", default="classic,connect",
+                        help="comma-separated: classic,connect (both)")
     parser.add_argument("--sizes", default="0,10000",
                         help="events a batch, comma-separated (0: an empty batch)")
-    parser.add_argument("--batches", type=int, default=10)
-    parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--batches", type=int, default=10,
+                        help="micro-batches timed per engine and size (10)")
+    parser.add_argument("--shards", type=int, default=4, help="event generator shards (4)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--parallelism", type=int, default=2, help="Spark partitions (2)")
+    parser.add_argument("--seed", type=int, default=2024, help="event generator seed (2024)")
     parser.add_argument("--timeline", action="store_true",
                         help="print the last batch's wrapped calls too")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",

@@ -405,6 +405,8 @@ def _other_commands() -> List[Tuple[str, str, Callable[[], argparse.ArgumentPars
          main_of("bench.streaming.__main__", [])),
         ("python -m bench.streaming.rescale", "bench.streaming.rescale",
          main_of("bench.streaming.rescale", [])),
+        ("python -m bench.streaming.phases", "bench.streaming.phases",
+         main_of("bench.streaming.phases", [])),
         ("python -m bench.teststream", "bench.teststream.__main__",
          main_of("bench.teststream.__main__", [])),
         ("python -m bench.kafka", "bench.kafka.__main__", main_of("bench.kafka.__main__", [])),
