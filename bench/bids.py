@@ -29,13 +29,11 @@ Bid(auction=6512, bidder=1010, price=4200, channel='team-07', date_time=17000000
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, ContextManager, Dict, Iterator, Optional, Tuple
 
+from bench.scratch_files import ScratchFiles, files_for
 from bench.workloads import (
     CONVERSION_DENOMINATOR,
     CONVERSION_NUMERATOR,
@@ -135,6 +133,7 @@ def write_bid_files(event_set: EventSet, directory: str) -> str:
     the glob pattern matching them (the form ``ReadFromText``, ``textFile`` and
     ``spark.read.text`` all take).
 
+    >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as directory:  # doctest: +NORMALIZE_WHITESPACE
     ...     pattern = write_bid_files(EventSet(10, shard_count=3), directory)
     ...     sorted(os.listdir(directory)), os.path.basename(pattern)
@@ -150,7 +149,7 @@ def write_bid_files(event_set: EventSet, directory: str) -> str:
     return os.path.join(directory, "bids-*.jsonl")
 
 
-class BidFiles:
+class BidFiles(ScratchFiles):
     """The bid files of each event set, written once (on the first :meth:`pattern`) into a
     scratch directory of their own and reused; :meth:`close` removes them all.
 
@@ -159,42 +158,15 @@ class BidFiles:
     True
     """
 
-    def __init__(self, scratch_dir: Optional[str] = None) -> None:
-        self._scratch_dir = scratch_dir
-        self._directory: Optional[str] = None
-        self._patterns: Dict[EventSet, str] = {}
+    prefix = "bench-bids-"
 
-    def pattern(self, event_set: EventSet) -> str:
-        """The glob pattern of ``event_set``'s files, written now if they are not yet."""
-        if event_set not in self._patterns:
-            if self._directory is None:
-                self._directory = tempfile.mkdtemp(prefix="bench-bids-", dir=self._scratch_dir)
-            name = f"{event_set.events}-{event_set.seed}-{event_set.shard_count}"
-            self._patterns[event_set] = write_bid_files(
-                event_set, os.path.join(self._directory, name))
-        return self._patterns[event_set]
-
-    def close(self) -> None:
-        if self._directory is not None:
-            shutil.rmtree(self._directory, ignore_errors=True)
-        self._directory = None
-        self._patterns.clear()
-
-    def __enter__(self) -> "BidFiles":
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.close()
+    def write(self, event_set: EventSet, directory: str) -> str:
+        return write_bid_files(event_set, directory)
 
 
-@contextlib.contextmanager
 def bid_files(event_set: EventSet, pattern: Optional[str] = None,
-              scratch_dir: Optional[str] = None) -> Iterator[str]:
+              scratch_dir: Optional[str] = None) -> ContextManager[str]:
     """``pattern`` if given (files someone wrote for ``event_set``), else the pattern of
     files written now for ``event_set`` and removed when the block ends: for a caller that
     runs the workload once (a test, the profiler). Write before starting a clock."""
-    if pattern is not None:
-        yield pattern
-        return
-    with BidFiles(scratch_dir) as files:
-        yield files.pattern(event_set)
+    return files_for(BidFiles, event_set, pattern, scratch_dir)

@@ -32,14 +32,12 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import shutil
-import tempfile
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, ContextManager, Dict, Iterator, Optional
 
+from bench.scratch_files import ScratchFiles, files_for
 from bench.workloads import EventSet
 
 #: Event ``n`` happens at ``BASE_TIME_MILLIS + n // EVENTS_PER_MILLI`` (a 10 s boundary).
@@ -221,6 +219,7 @@ def write_event_files(event_set: EventSet, directory: str) -> str:
     glob pattern of its files (what ``ReadFromText``, ``textFile`` and ``spark.read.text``
     take).
 
+    >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as directory:  # doctest: +NORMALIZE_WHITESPACE
     ...     pattern = write_event_files(EventSet(100, shard_count=3), directory)
     ...     sorted(os.listdir(directory)), os.path.basename(pattern)
@@ -236,7 +235,7 @@ def write_event_files(event_set: EventSet, directory: str) -> str:
     return os.path.join(directory, "events-*.jsonl")
 
 
-class EventFiles:
+class EventFiles(ScratchFiles):
     """The event files of each event set, written once (on the first :meth:`pattern`) into
     a scratch directory of their own and shared by every Nexmark workload and engine;
     :meth:`close` removes them all.
@@ -246,42 +245,14 @@ class EventFiles:
     True
     """
 
-    def __init__(self, scratch_dir: Optional[str] = None) -> None:
-        self._scratch_dir = scratch_dir
-        self._directory: Optional[str] = None
-        self._patterns: Dict[EventSet, str] = {}
+    prefix = "bench-nexmark-"
 
-    def pattern(self, event_set: EventSet) -> str:
-        """The glob pattern of ``event_set``'s files, written now if they are not yet."""
-        if event_set not in self._patterns:
-            if self._directory is None:
-                self._directory = tempfile.mkdtemp(prefix="bench-nexmark-",
-                                                   dir=self._scratch_dir)
-            name = f"{event_set.events}-{event_set.seed}-{event_set.shard_count}"
-            self._patterns[event_set] = write_event_files(
-                event_set, os.path.join(self._directory, name))
-        return self._patterns[event_set]
-
-    def close(self) -> None:
-        if self._directory is not None:
-            shutil.rmtree(self._directory, ignore_errors=True)
-        self._directory = None
-        self._patterns.clear()
-
-    def __enter__(self) -> "EventFiles":
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.close()
+    def write(self, event_set: EventSet, directory: str) -> str:
+        return write_event_files(event_set, directory)
 
 
-@contextlib.contextmanager
 def event_files(event_set: EventSet, pattern: Optional[str] = None,
-                scratch_dir: Optional[str] = None) -> Iterator[str]:
+                scratch_dir: Optional[str] = None) -> ContextManager[str]:
     """``pattern`` if given (files someone wrote for ``event_set``), else the pattern of
     files written now and removed when the block ends. Write before starting a clock."""
-    if pattern is not None:
-        yield pattern
-        return
-    with EventFiles(scratch_dir) as files:
-        yield files.pattern(event_set)
+    return files_for(EventFiles, event_set, pattern, scratch_dir)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 from apache_beam.transforms.core import CombineFn, Windowing
 from apache_beam.transforms.window import FixedWindows, GlobalWindows, SlidingWindows
@@ -134,16 +134,19 @@ class ChainedStep:
         self.check_output = not (is_callable_wrapper(dofn) or process_is_generator(dofn))
         self.check_first_output = _FirstOutputCheck()
 
+    def _untagged(self, result: Any) -> Tuple[Optional[str], Any]:
+        """A ``TaggedOutput``'s tag and value; (None, ``result``) for any other result."""
+        if not isinstance(result, TaggedOutput):
+            return None, result
+        if not isinstance(result.tag, str):
+            raise TypeError(f"In {self.name}, tag {result.tag} is not a string")
+        return result.tag, result.value
+
     def resolve(self, carrier: Any, result: Any) -> Optional[WindowedValue]:
         """What Beam's output handler makes of a ``TaggedOutput``, ``WindowedValue`` or
         ``TimestampedValue`` result: the new element (None: sent to an undeclared output,
         which Beam drops)."""
-        tag = None
-        if isinstance(result, TaggedOutput):
-            tag = result.tag
-            if not isinstance(tag, str):
-                raise TypeError(f"In {self.name}, tag {tag} is not a string")
-            result = result.value
+        tag, result = self._untagged(result)
         if isinstance(result, WindowedValue):
             element = result
             if len(carrier.windows) != 1:
@@ -167,12 +170,7 @@ class ChainedStep:
     def finish_bundle_output(self, result: Any) -> Optional[WindowedValue]:
         """What Beam's output handler makes of what ``finish_bundle`` outputs: a
         ``WindowedValue``, maybe tagged (None: sent to an undeclared output, dropped)."""
-        tag = None
-        if isinstance(result, TaggedOutput):
-            tag = result.tag
-            if not isinstance(tag, str):
-                raise TypeError(f"In {self.name}, tag {tag} is not a string")
-            result = result.value
+        tag, result = self._untagged(result)
         if not isinstance(result, WindowedValue):
             raise RuntimeError("Finish Bundle should only output WindowedValue type but got "
                                f"{type(result)}")
