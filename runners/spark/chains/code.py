@@ -173,11 +173,15 @@ def _body(code: ChainCode, steps: Sequence[Any], counted: Sequence[Any], start: 
         precombine and start < end and steps[end - 1].kind == "windows"
         and steps[end - 1].fixed is not None
         and not steps[-1].combiner.is_default_windowing)
-    for index in range(start, end - 1 if fixed_into_precombine else end):
+    global_last = (not precombine and start < end and steps[-1].kind == "windows"
+                   and steps[-1].into_global)
+    for index in range(start, end - 1 if fixed_into_precombine or global_last else end):
         carrier, value = _write_step(code, index, steps[index], carrier, value)
         if index < len(counted):
             _count(code, index, counted[index], carrier, value)
-    if fixed_into_precombine:
+    if global_last:
+        _write_last_into_global(code, end - 1, steps[-1], carrier, value)
+    elif fixed_into_precombine:
         _write_fixed_into_precombine(code, end - 1, steps, counted[end - 1], carrier, value)
     elif precombine:  # the chain's outputs are the precombine's flushes
         last = len(steps) - 1
@@ -192,11 +196,29 @@ def _body(code: ChainCode, steps: Sequence[Any], counted: Sequence[Any], start: 
             if add not in code.names:  # one adder for every entry: they share its table
                 code.bind(add, combiner.adder(code.names["receive"]))
             code.line(f"{add}({carrier}, {value})")
-    else:
+    elif not global_last:
         code.line(f"receive({carrier} if {value} is {carrier}.value "
                   f"else {carrier}.with_value({value}))")
     code.close_loops()
     return code.lines
+
+
+def _write_last_into_global(code: ChainCode, index: int, step: Any, carrier: str,
+                            value: str) -> None:
+    """A last ``WindowInto(GlobalWindows)`` (``WriteImpl``'s, before its writing step):
+    an element alone in the global window with no pane is handed on as it is, without
+    the loop of :func:`_write_windows`; any other, once per window it was in."""
+    windows_at = code.bind(f"windows_at_{index}", step.windows_at)
+    code.line(f"windows = {carrier}.windows")
+    code.line("if (len(windows) == 1 and type(windows[0]) is GlobalWindow")
+    code.line(f"        and {carrier}.pane_info == NO_PANE):")
+    code.line(f"    receive({carrier} if {value} is {carrier}.value "
+              f"else {carrier}.with_value({value}))")
+    code.line("else:")
+    code.line(f"    micros = {carrier}.timestamp_micros")
+    code.line("    for _ in windows:")
+    code.line(f"        receive(create({value}, micros, {windows_at}(micros)))")
+    code.line(f"        current = {index}")
 
 
 def _window_adder(code: ChainCode, index: int, combiner: Any) -> str:
