@@ -69,6 +69,7 @@ from apache_beam.utils.windowed_value import (
 )
 
 from runners.spark.chains.planning import CHAINED_STEPS_URN, chain_order, why_not_chained
+from runners.spark.chains.precombine import ChainedPrecombine
 from runners.spark.planning import execution_plan
 from runners.spark.worker.bundles import StageProcessor
 
@@ -196,6 +197,42 @@ def tagged_main(x):
 def tagged_undeclared(x):
     _tick("tagged_undeclared")
     return TaggedOutput("elsewhere", x) if x % 2 else x
+
+
+class Claims:
+    """A value claiming to be a ``TimestampedValue`` when it holds one (its ``__class__``,
+    which Python's ``isinstance`` asks too): Beam's compiled output handler looks at its
+    type alone, so it is never resolved as one."""
+
+    def __init__(self, held):
+        self.held = held
+
+    @property
+    def __class__(self):
+        return TimestampedValue if isinstance(self.held, TimestampedValue) else Claims
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.held, name)
+
+    def __reduce__(self):
+        return Claims, (self.held,)
+
+
+def claims_stamped_or_not(x):
+    _tick("claims")
+    yield Claims(x)
+    yield Claims(TimestampedValue(x, 500 + x))
+
+
+def unclaimed(x):
+    if type(x) is not Claims:
+        return "plain", x
+    held = x.held
+    if type(held) is TimestampedValue:
+        return "held stamped", held.value, held.timestamp.micros
+    return "held", held
 
 
 def yields_tagged(x):
@@ -854,6 +891,10 @@ CASES: dict[str, Case] = {
     "tagged_output_undeclared_tag": one(
         lambda pc: pc | "TagElsewhere" >> beam.Map(tagged_undeclared), "TagElsewhere",
         windowings=WINDOWS),
+    "values_claiming_a_class_as_their_own": one(
+        lambda pc: (pc | "Claims" >> beam.FlatMap(claims_stamped_or_not)
+                    | "Unclaimed" >> beam.Map(unclaimed)),
+        "Claims", "Unclaimed", windowings=WINDOWS),
     "tagged_output_undeclared_in_chain": one(
         lambda pc: (pc | "Tagged" >> beam.FlatMap(yields_tagged)
                     | "Double" >> beam.Map(double)),
@@ -951,6 +992,11 @@ CASES: dict[str, Case] = {
         lambda pc: (pc | "Buffered" >> beam.ParDo(BufferedPairs())
                     | "Sum" >> beam.CombinePerKey(sum)),
         "Buffered", "Sum", windowings=WINDOWS),
+    "finish_bundle_outputs_into_fixed_windows_and_the_precombine": one(
+        lambda pc: (pc | "Buffered" >> beam.ParDo(BufferedPairs())
+                    | "Window" >> beam.WindowInto(FixedWindows(60))
+                    | "Sum" >> beam.CombinePerKey(sum)),
+        "Buffered", "Window", "Sum", windowings=WINDOWS),
     "earliest_timestamps_keep_the_precombine_apart": one(
         lambda pc: (pc | "Stamp" >> beam.Map(stamp) | "ToPair" >> beam.Map(to_pair)
                     | "Window" >> beam.WindowInto(
@@ -1069,6 +1115,31 @@ def test_steps_invoked_once_per_window_open_two_blocks_each():
     assert sorted(chained) == sorted(f"Deep{index}" for index in range(12))
     assert len(on.chains) >= 2
     assert on.elements == off.elements and sum(on.elements.values()) == 6
+
+
+def test_precombine_full_of_keys_flushes_and_adds_each_window_once():
+    """A table holding its limit of keys is flushed whole in the middle of an element in
+    several windows: the windows it was added to before the flush are flushed with it and
+    not added again, so each (window, key) sums to what Beam's precombine gives."""
+    windowing = beam.WindowInto(SlidingWindows(60, 20)).windowing
+    precombine = ChainedPrecombine(beam.CombineFn.maybe_from_callable(sum), windowing)
+    precombine.max_keys = 2
+    flushed = []
+    add = precombine.adder(flushed.append)
+    expected = collections.Counter()
+    for key in range(5):
+        element = WindowedValue((key, key + 1), 70,
+                                windowing.windowfn.assign(WindowFn.AssignContext(70)))
+        for window in element.windows:
+            expected[(window, key)] += key + 1
+        add(element, element.value)
+    precombine.flush(flushed.append)
+    totals = collections.Counter()
+    for element in flushed:
+        (key, accumulator), = [element.value]
+        totals[(element.windows[0], key)] += sum(accumulator) if isinstance(
+            accumulator, list) else accumulator
+    assert totals == expected and len(expected) == 15
 
 
 @pytest.mark.parametrize("windowing", WINDOWS)

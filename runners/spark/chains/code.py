@@ -16,7 +16,8 @@ compiled once per operation:
             current = 0
             value_0 = function_0(value)
             carrier_0 = carrier
-            if isinstance(value_0, SPECIAL): ...   # TimestampedValue, WindowedValue, ...
+            if type(value_0) not in ORDINARY and is_special(value_0):
+                ...                                # TimestampedValue, WindowedValue, ...
             seen_0 += 1                            # counted into step 0's PCollection
             if seen_0 >= next_0: next_0 = sizes_0.sample(carrier_0, value_0, seen_0)
             current = 1
@@ -50,7 +51,7 @@ same code from the step after them on, for the elements that method outputs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Set, Tuple
 
 from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 
@@ -109,6 +110,7 @@ class ChainFunctions:
     after: Dict[int, Callable[[Any, Any], None]]  # step index -> entry after that step
     counts: Callable[[], List[int]]  # elements counted so far into each counted output
     running: Callable[[], int]  # the index of the step running now
+    running_cell: Any  # the closure cell holding that index (``cell_contents``)
     enter: Callable[[int], None]  # make a step the one running (for its bundle methods)
     source: str
 
@@ -127,8 +129,10 @@ def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callab
     precombine step's ``combiner`` flushes to it). ``entries``: the steps after which the
     chain can be entered (each but the last, and not a precombine).
     """
+    ordinary: Set[type] = set()
     names: Dict[str, Any] = {
-        "SPECIAL": special, "receive": receive, "TimestampedValue": TimestampedValue,
+        "ORDINARY": ordinary, "is_special": _special_check(ordinary, special),
+        "receive": receive, "TimestampedValue": TimestampedValue,
         "GlobalWindow": GlobalWindow, "NO_PANE": PANE_INFO_UNKNOWN,
         "create": create_windowed_value, "WindowedValue": WindowedValue,
     }
@@ -137,6 +141,23 @@ def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callab
         bodies[f"after_{index}"] = _body(ChainCode(names), steps, counted, start=index + 1,
                                          count_first=index)
     return _compile(names, bodies, len(counted), raise_with_step)
+
+
+def _special_check(ordinary: Set[type], special: Tuple[type, ...]) -> Callable[[Any], bool]:
+    """``is_special(value)``: whether a step's result is one Beam's output handler treats
+    apart, by its type as Beam's compiled handler checks it (a subclass of ``special``;
+    an instance's own ``__class__`` is not asked); the type of a result that is not is
+    remembered in ``ordinary``, which the chain checks first (a set lookup, where
+    ``isinstance`` with three classes costs three times as much an output)."""
+
+    def is_special(value: Any) -> bool:
+        kind = type(value)
+        if issubclass(kind, special):
+            return True
+        ordinary.add(kind)
+        return False
+
+    return is_special
 
 
 def _body(code: ChainCode, steps: Sequence[Any], counted: Sequence[Any], start: int,
@@ -148,22 +169,91 @@ def _body(code: ChainCode, steps: Sequence[Any], counted: Sequence[Any], start: 
     end = len(steps) - 1 if precombine else len(steps)
     if 0 <= count_first < len(counted):
         _count(code, count_first, counted[count_first], carrier, value)
-    for index in range(start, end):
+    fixed_into_precombine = (
+        precombine and start < end and steps[end - 1].kind == "windows"
+        and steps[end - 1].fixed is not None
+        and not steps[-1].combiner.is_default_windowing)
+    global_last = (not precombine and start < end and steps[-1].kind == "windows"
+                   and steps[-1].into_global)
+    for index in range(start, end - 1 if fixed_into_precombine or global_last else end):
         carrier, value = _write_step(code, index, steps[index], carrier, value)
         if index < len(counted):
             _count(code, index, counted[index], carrier, value)
-    if precombine:  # the chain's outputs are the precombine's flushes
+    if global_last:
+        _write_last_into_global(code, end - 1, steps[-1], carrier, value)
+    elif fixed_into_precombine:
+        _write_fixed_into_precombine(code, end - 1, steps, counted[end - 1], carrier, value)
+    elif precombine:  # the chain's outputs are the precombine's flushes
         last = len(steps) - 1
-        add = f"add_{last}"
-        if add not in code.names:  # one adder for every entry: they share its table
-            code.bind(add, steps[-1].combiner.adder(code.names["receive"]))
+        combiner = steps[-1].combiner
         code.line(f"current = {last}")
-        code.line(f"{add}({carrier}, {value})")
-    else:
+        if combiner.is_default_windowing:  # each value in the global window alone
+            add = _window_adder(code, last, combiner)
+            window = code.bind(f"global_window_{last}", GlobalWindow())
+            code.line(f"{add}({window}, {value})")
+        else:
+            add = f"add_{last}"
+            if add not in code.names:  # one adder for every entry: they share its table
+                code.bind(add, combiner.adder(code.names["receive"]))
+            code.line(f"{add}({carrier}, {value})")
+    elif not global_last:
         code.line(f"receive({carrier} if {value} is {carrier}.value "
                   f"else {carrier}.with_value({value}))")
     code.close_loops()
     return code.lines
+
+
+def _write_last_into_global(code: ChainCode, index: int, step: Any, carrier: str,
+                            value: str) -> None:
+    """A last ``WindowInto(GlobalWindows)`` (``WriteImpl``'s, before its writing step):
+    an element alone in the global window with no pane is handed on as it is, without
+    the loop of :func:`_write_windows`; any other, once per window it was in."""
+    windows_at = code.bind(f"windows_at_{index}", step.windows_at)
+    code.line(f"windows = {carrier}.windows")
+    code.line("if (len(windows) == 1 and type(windows[0]) is GlobalWindow")
+    code.line(f"        and {carrier}.pane_info == NO_PANE):")
+    code.line(f"    receive({carrier} if {value} is {carrier}.value "
+              f"else {carrier}.with_value({value}))")
+    code.line("else:")
+    code.line(f"    micros = {carrier}.timestamp_micros")
+    code.line("    for _ in windows:")
+    code.line(f"        receive(create({value}, micros, {windows_at}(micros)))")
+    code.line(f"        current = {index}")
+
+
+def _window_adder(code: ChainCode, index: int, combiner: Any) -> str:
+    """The name of the precombine's ``add_in_window``, one for every entry (they share its
+    table)."""
+    add = f"add_in_window_{index}"
+    if add not in code.names:
+        code.bind(add, combiner.window_adder(code.names["receive"]))
+    return add
+
+
+def _write_fixed_into_precombine(code: ChainCode, index: int, steps: Sequence[Any],
+                                 sizes: Any, carrier: str, value: str) -> None:
+    """A ``WindowInto(FixedWindows)`` handing its values to the precombine: each value is
+    added in its window directly, once per window its element was in (as the carriers of
+    :func:`_write_windows` would be, each with the same one window), and its carrier
+    (timestamp, window, no pane) is made only for an element whose size is sampled."""
+    size, offset, cache, make = steps[index].fixed
+    cache = code.bind(f"window_cache_{index}", cache)
+    make = code.bind(f"make_window_{index}", make)
+    sizes = code.bind(f"sizes_{index}", sizes)
+    last = len(steps) - 1
+    add = _window_adder(code, last, steps[-1].combiner)
+    code.line(f"micros = {carrier}.timestamp_micros")
+    code.line(f"start = micros - (micros - {offset}) % {size}")
+    code.line(f"window = {cache}.get(start)")
+    code.line("if window is None:")
+    code.line(f"    window = {make}(start)")
+    code.open_loop(index, f"for _ in {carrier}.windows:")
+    code.line(f"seen_{index} += 1")
+    code.line(f"if seen_{index} >= next_{index}:")
+    code.line(f"    next_{index} = {sizes}.sample(create({value}, micros, [window]), {value}, "
+              f"seen_{index})")
+    code.line(f"current = {last}")
+    code.line(f"{add}(window, {value})")
 
 
 def _count(code: ChainCode, index: int, sizes: Any, carrier: str, value: str) -> None:
@@ -239,7 +329,7 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
     new_carrier = f"carrier_{index}"
     resolve = code.bind(f"resolve_{index}", step.resolve)
     code.line(f"{new_carrier} = {carrier}")
-    code.line(f"if isinstance({out}, SPECIAL):")
+    code.line(f"if type({out}) not in ORDINARY and is_special({out}):")
     if step.windows_at is not None:
         # A value stamped with its event time, the common case, is resolved here (what
         # resolve does for it, without its call).
@@ -332,4 +422,6 @@ def _compile(names: Dict[str, Any], bodies: Dict[str, List[str]], counted: int,
     functions, counts, running, enter = namespace["make_chain"]()
     after = {int(name.split("_")[1]): function for name, function in functions.items()
              if name != "chain"}
-    return ChainFunctions(functions["chain"], after, counts, running, enter, text)
+    running_cell = running.__closure__[running.__code__.co_freevars.index("current")]
+    return ChainFunctions(functions["chain"], after, counts, running, running_cell, enter,
+                          text)

@@ -51,41 +51,53 @@ class ChainedPrecombine:
         self.keys = 0
 
     def adder(self, output: Callable[[Any], None]) -> Callable[[Any, Any], None]:
-        """The per-element function; ``output`` receives flushed elements."""
-        tables, by_identity = self.tables, self.by_identity
-        create, add_input = self.combine_fn.create_accumulator, self.combine_fn.add_input
-        default_windowing, summing, max_keys = (
-            self.is_default_windowing, self.summing, self.max_keys)
+        """The per-element function ``add(carrier, value)``; ``output`` receives flushed
+        elements."""
+        add_in_window = self.window_adder(output)
+        default_windowing = self.is_default_windowing
 
         def add(carrier, value) -> None:
-            key, element = value
             for window in (_GLOBAL_WINDOWS if default_windowing else carrier.windows):
-                found = by_identity.get(id(window))
-                if found is not None and found[0] is window:
-                    table = found[1]
-                else:
-                    table = tables.get(window)
-                    if table is None:
-                        table = tables[window] = {}
-                    if len(by_identity) >= _IDENTITY_MEMO_LIMIT:
-                        by_identity.clear()
-                    by_identity[id(window)] = (window, table)  # holds it: its id stays its
-                entry = table.get(key)
-                if entry is None:
-                    if self.keys >= max_keys:
-                        self.flush(output)
-                        add(carrier, value)
-                        return
-                    self.keys += 1
-                    entry = table[key] = [create()]
-                accumulator = entry[0]
-                if (summing and type(element) is int and len(accumulator) == 1
-                        and type(accumulator[0]) is int):
-                    accumulator[0] += element
-                else:
-                    entry[0] = add_input(accumulator, element)
+                add_in_window(window, value)
 
         return add
+
+    def window_adder(self, output: Callable[[Any], None]) -> Callable[[Any, Any], None]:
+        """``add_in_window(window, value)``: ``value`` added in one ``window`` of its
+        element (the global window for default windowing): what ``add`` does for each
+        window, for a chain that knows its element's window without a carrier."""
+        tables, by_identity = self.tables, self.by_identity
+        create, add_input = self.combine_fn.create_accumulator, self.combine_fn.add_input
+        summing, max_keys = self.summing, self.max_keys
+
+        def add_in_window(window, value) -> None:
+            key, element = value
+            found = by_identity.get(id(window))
+            if found is not None and found[0] is window:
+                table = found[1]
+            else:
+                table = tables.get(window)
+                if table is None:
+                    table = tables[window] = {}
+                if len(by_identity) >= _IDENTITY_MEMO_LIMIT:
+                    by_identity.clear()
+                by_identity[id(window)] = (window, table)  # holds it: its id stays its
+            entry = table.get(key)
+            if entry is None:
+                if self.keys >= max_keys:
+                    self.flush(output)
+                    add_in_window(window, value)
+                    return
+                self.keys += 1
+                entry = table[key] = [create()]
+            accumulator = entry[0]
+            if (summing and type(element) is int and len(accumulator) == 1
+                    and type(accumulator[0]) is int):
+                accumulator[0] += element
+            else:
+                entry[0] = add_input(accumulator, element)
+
+        return add_in_window
 
     def flush(self, output: Callable[[Any], None]) -> None:
         """Hand on every accumulator (as PGBKCVOperation's ``output_key``) and empty the
