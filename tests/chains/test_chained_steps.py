@@ -1609,14 +1609,21 @@ def _with_window(kv, window=beam.DoFn.WindowParam):
     return f"{kv[0]}@{int(window.start)}={kv[1]}"
 
 
+def _kept_sums(count: int) -> "collections.Counter[str]":
+    """What both Spark pipelines below give for ``range(count)``: the sums of the values
+    kept (``x % 4 != 3``) by key ``x % 3`` and 10 s window, as ``k<key>@<window start>``."""
+    expected: "collections.Counter[str]" = collections.Counter()
+    for i in range(count):
+        if i % 4 != 3:
+            expected[f"k{i % 3}@{i // 10 * 10}"] += i
+    return expected
+
+
 def test_on_spark_the_same_output_and_metrics_with_and_without_chains(spark_session):  # noqa: F811
     from runners.spark import SparkRunner
     from runners.spark.options import validated
 
-    expected = collections.Counter()
-    for i in range(30):
-        if i % 4 != 3:
-            expected[f"k{i % 3}@{i // 10 * 10}"] += i
+    expected = _kept_sums(30)
     results = {}
     for flag in ("true", "false"):
         options = PipelineOptions(["--spark_master_url", "local[2]",
@@ -1668,10 +1675,7 @@ def test_on_spark_nexmarks_monitors_give_the_same_output_and_metrics_chained(spa
     and finish)."""
     from runners.spark import SparkRunner
 
-    expected = collections.Counter()
-    for i in range(60):
-        if i % 4 != 3:
-            expected[f"k{i % 3}@{i // 10 * 10}"] += i
+    expected = _kept_sums(60)
     results = {}
     for flag in ("true", "false"):
         options = PipelineOptions(["--spark_master_url", "local[2]",
