@@ -80,15 +80,32 @@ class UnsafeValueError(ValueError):
     functions): a state reader shows its bytes instead."""
 
 
-class PlainValueUnpickler(pickle.Unpickler):
-    """Builds plain data and :data:`PLAIN_CLASSES` only."""
+class AllowListUnpickler(pickle.Unpickler):
+    """Builds plain data and the classes of :attr:`allowed` only; any other class a pickle
+    names is refused with :meth:`refusal`, before anything of it is built or run."""
+
+    #: (module, name) -> the class a pickle may name.
+    allowed: Dict[Tuple[str, str], Any] = {}
+
+    def refusal(self, module: str, name: str) -> Exception:
+        """The error for a pickle naming ``module.name``."""
+        raise NotImplementedError
 
     def find_class(self, module: str, name: str) -> Any:
-        found = PLAIN_CLASSES.get((module, name))
+        found = self.allowed.get((module, name))
         if found is None:
-            raise UnsafeValueError(f"a pickled {module}.{name}: a state reader unpickles plain "
-                                   "data and a few standard value classes only")
+            raise self.refusal(module, name)
         return found
+
+
+class PlainValueUnpickler(AllowListUnpickler):
+    """Builds plain data and :data:`PLAIN_CLASSES` only."""
+
+    allowed = PLAIN_CLASSES
+
+    def refusal(self, module: str, name: str) -> Exception:
+        return UnsafeValueError(f"a pickled {module}.{name}: a state reader unpickles plain "
+                                "data and a few standard value classes only")
 
 
 def load_plain_value(data: bytes) -> Any:

@@ -29,7 +29,6 @@ runners.spark.state.table.rows.UnsafeStateError: a state blob names builtins.pri
 from __future__ import annotations
 
 import io
-import pickle
 import typing
 from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple
 
@@ -38,7 +37,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from runners.spark.beam_internals import beam_fn_api_pb2, create_InputStream
 from runners.spark.state.encoding import STATE_VERSION, processing_micros
 from runners.spark.state.manifest_coders import ACCUMULATORS, GROUP_BY_KEY, LoadedCoders
-from runners.spark.state.safe_decoding import UnsafeValueError
+from runners.spark.state.safe_decoding import AllowListUnpickler, UnsafeValueError
 from runners.spark.state.store import decode_row
 
 #: The classes a state blob may name (all else is refused).
@@ -93,15 +92,14 @@ def spark_schema(row_type: Any) -> str:
     return ", ".join(columns)
 
 
-class PlainStateUnpickler(pickle.Unpickler):
+class PlainStateUnpickler(AllowListUnpickler):
     """Builds plain data, ``Timestamp`` and ``Duration`` only; anything else is refused."""
 
-    def find_class(self, module: str, name: str) -> Any:
-        found = _ALLOWED.get((module, name))
-        if found is None:
-            raise UnsafeStateError(f"a state blob names {module}.{name}; a state reader builds "
-                                   "plain data, Timestamp and Duration only")
-        return found
+    allowed = _ALLOWED
+
+    def refusal(self, module: str, name: str) -> Exception:
+        return UnsafeStateError(f"a state blob names {module}.{name}; a state reader builds "
+                                "plain data, Timestamp and Duration only")
 
 
 def load_plain(data: bytes) -> Any:
