@@ -161,26 +161,30 @@ class StoppedClock:
         self.now += seconds
 
 
-def test_batch_elements_flushes_on_its_processing_time_timer(make_pipeline):
-    # Beam's own util_test: ten elements, 5 s of processing time apart, into batches of up to
-    # 20 that wait at most 42 s: one batch when the buffering timer fires, one at the end.
+def batch_sizes_by_processing_time(pipeline: beam.Pipeline) -> beam.PCollection:
+    """Beam's own util_test: ten elements, 5 s of processing time apart, into batches of up
+    to 20 that wait at most 42 s, in the global window: the sizes of the batches, which are
+    [9, 1] (one batch when the buffering timer fires, one at the end)."""
     events = test_stream.TestStream().advance_watermark_to(0)
     for position in range(10):
         events = (events.add_elements([window.TimestampedValue(f"scientist{position}", position)])
                   .advance_processing_time(5))
     events = events.advance_watermark_to(11).advance_watermark_to_infinity()
+    return (pipeline
+            | events
+            | beam.WindowInto(window.GlobalWindows(),
+                              trigger=trigger.Repeatedly(trigger.AfterCount(1)),
+                              accumulation_mode=trigger.AccumulationMode.DISCARDING)
+            | BatchElements(min_batch_size=20, max_batch_size=20,
+                            max_batch_duration_secs=42, clock=StoppedClock(0))
+            | beam.Map(lambda batch: (None, len(batch)))
+            | beam.GroupByKey()
+            | beam.FlatMapTuple(lambda unused_key, counts: counts))
+
+
+def test_batch_elements_flushes_on_its_processing_time_timer(make_pipeline):
     with make_pipeline(streaming=True) as pipeline:
-        sizes = (pipeline
-                 | events
-                 | beam.WindowInto(window.GlobalWindows(),
-                                   trigger=trigger.Repeatedly(trigger.AfterCount(1)),
-                                   accumulation_mode=trigger.AccumulationMode.DISCARDING)
-                 | BatchElements(min_batch_size=20, max_batch_size=20,
-                                 max_batch_duration_secs=42, clock=StoppedClock(0))
-                 | beam.Map(lambda batch: (None, len(batch)))
-                 | beam.GroupByKey()
-                 | beam.FlatMapTuple(lambda unused_key, counts: counts))
-        assert_that(sizes, equal_to([9, 1]))
+        assert_that(batch_sizes_by_processing_time(pipeline), equal_to([9, 1]))
 
 
 def test_batch_elements_flushes_by_size_timer_and_window_end(make_pipeline):

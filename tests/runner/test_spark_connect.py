@@ -329,49 +329,21 @@ def test_a_server_whose_workers_lack_beam_is_refused_at_start(tmp_path):
         session.stop()
 
 
-class StoppedClock:
-    """A clock that never moves by itself (BatchElements reads it for its batch deadline)."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_batch_elements_on_a_server_whose_workers_are_pysparks_own(tmp_path, no_classic_spark):
     """A Connect server started without the runner's worker daemon (a user's, a vendor's):
     its Python workers import the runner one by one, and a round's tasks land on any of
     them. Beam's global-window buffering-timer test (``util_test.BatchElementsTest``) still
     gives the DirectRunner's [9, 1]: one BatchElements key per executor, not per worker
     (it gave [1, 4, 3, 1, 1] or [3, 2, 4, 1] with a key per worker)."""
-    from apache_beam.testing import test_stream
-    from apache_beam.transforms import trigger, window
-    from apache_beam.transforms.util import BatchElements
-
     from services.connect_server import ConnectServer
     from spark_fixtures import TEST_FOLDERS
+    from test_conformance_streaming import batch_sizes_by_processing_time
 
-    events = test_stream.TestStream().advance_watermark_to(0)
-    for position in range(10):
-        events = (events.add_elements([window.TimestampedValue(f"scientist{position}", position)])
-                  .advance_processing_time(5))
-    events = events.advance_watermark_to(11).advance_watermark_to_infinity()
     with ConnectServer(state_dir=tmp_path / "server", daemon_module=None,
                        python_path=os.pathsep.join(TEST_FOLDERS)) as server:
         session = server.session()
         # Every round as Spark stages: two tasks at a time, on whichever workers are idle.
         options = PipelineOptions(streaming=True, streaming_compact_rounds=False)
         with beam.Pipeline(runner=SparkRunner(session), options=options) as pipeline:
-            sizes = (pipeline
-                     | events
-                     | beam.WindowInto(window.GlobalWindows(),
-                                       trigger=trigger.Repeatedly(trigger.AfterCount(1)),
-                                       accumulation_mode=trigger.AccumulationMode.DISCARDING)
-                     | BatchElements(min_batch_size=20, max_batch_size=20,
-                                     max_batch_duration_secs=42, clock=StoppedClock(0))
-                     | beam.Map(lambda batch: (None, len(batch)))
-                     | beam.GroupByKey()
-                     | beam.FlatMapTuple(lambda unused_key, counts: counts))
-            assert_that(sizes, equal_to([9, 1]))
+            assert_that(batch_sizes_by_processing_time(pipeline), equal_to([9, 1]))
         session.stop()
