@@ -302,7 +302,11 @@ def test_the_pages_refer_to_no_file_outside_the_project(all_pages):
     missing = sorted(f"{path}: {name}" for path, name in names
                      if not list(REPO.glob(f"**/{name}")))
     assert missing == [], "\n".join(missing)
-    assert not [page.path for page in all_pages if "../shared" in page.text]
+    # A relative path in the text (a link's or prose's) that climbs out of the repository.
+    outside = sorted(f"{page.path}: {climb}" for page in all_pages
+                     for climb in re.findall(r"(?:\.\./)+[\w.-]+", page.text)
+                     if REPO.resolve() not in ((REPO / page.path).parent / climb).resolve().parents)
+    assert outside == [], "\n".join(outside)
 
 
 # ---- figures name where they come from -------------------------------------------------------
