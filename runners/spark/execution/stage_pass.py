@@ -280,7 +280,8 @@ class StageGraph:
                 return self.keyed_stage_dataset(stage, records)
             spec = stage.inputs[0]
             return shuffle.reshuffle(records, spec.coder_id, stage.output_coder_id or spec.coder_id,
-                                     self.components, self.context.parallelism)
+                                     self.components, self.context.parallelism,
+                                     by_size=stage.deal_by_size)
 
     def _held_input(self, stage: StageSpec) -> Optional[List[Elements]]:
         """The stage's input records when the driver holds all of them (the impulse, what

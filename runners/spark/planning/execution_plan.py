@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import heapq
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from apache_beam.options.pipeline_options import TypeOptions
 
@@ -48,6 +48,7 @@ RESHUFFLE_STAGE = "reshuffle"
 #: A TestStream (streaming only): ``descriptor`` holds its serialized TestStreamPayload,
 #: ``outputs`` pairs each output tag with its buffer, ``output_coders`` their data coders.
 TEST_STREAM_STAGE = "test_stream"
+_PROCESS_SIZED_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
 class UnsupportedPipelineError(NotImplementedError):
@@ -109,6 +110,9 @@ class StageSpec:
     #: one of WriteImpl's one-element stages of Beam's own file sink, which a batch run may
     #: run in the driver (:mod:`~runners.spark.text_io.sink_stages`)
     driver_side: bool = False
+    #: a Reshuffle of a splittable DoFn's sized restrictions (the one ``expand_sdf`` puts
+    #: before its process step): dealt by their sizes, not their count
+    deal_by_size: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,7 +237,8 @@ def plan(proto: beam_runner_api_pb2.Pipeline, streaming: bool = False,
 
         use_microsecond_timestamps(context.components, common_urns.coders.WINDOWED_VALUE.urn,
                                    common_urns.coders.TIMER.urn)
-    builder = _PlanBuilder(context, chain_steps, text_io, driver_stages)
+    builder = _PlanBuilder(context, chain_steps, text_io, driver_stages,
+                           _sized_restrictions(stages))
     specs = in_dependency_order(
         [builder.stage_spec(index, stage) for index, stage in enumerate(stages)])
     readers: Dict[bytes, int] = {}
@@ -288,10 +293,26 @@ def in_dependency_order(specs: List[StageSpec]) -> List[StageSpec]:
     return ordered
 
 
+def _sized_restrictions(stages: Sequence[Any]) -> FrozenSet[str]:
+    """The PCollections of sized restrictions: what a splittable DoFn's process step
+    (``PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS``) reads as its main input, each element
+    ``((element, (restriction, watermark estimator state)), size)``."""
+    sized: Set[str] = set()
+    for stage in stages:
+        for transform in stage.transforms:
+            if transform.spec.urn == _PROCESS_SIZED_URN:
+                side_inputs = par_do_payload(transform).side_inputs
+                sized.update(pcollection for tag, pcollection in transform.inputs.items()
+                             if tag not in side_inputs)
+    return frozenset(sized)
+
+
 class _PlanBuilder:
     def __init__(self, context, chain_steps: bool = True, text_io: bool = True,
-                 driver_stages: bool = True) -> None:
+                 driver_stages: bool = True,
+                 sized_restrictions: FrozenSet[str] = frozenset()) -> None:
         self.context = context
+        self.sized_restrictions = sized_restrictions
         self.chain_steps = chain_steps
         self.text_io = text_io
         self.driver_stages = driver_stages
@@ -436,7 +457,8 @@ class _PlanBuilder:
             inputs = [dataclasses.replace(inputs[0], coder_id=self.data_coder(input_id))]
             output_coder = self.data_coder(output_id)
         return StageSpec(index, name, RESHUFFLE_STAGE, tuple(inputs), tuple(outputs),
-                         output_coder_id=output_coder)
+                         output_coder_id=output_coder,
+                         deal_by_size=output_id in self.sized_restrictions)
 
     def _port(self, pcollection_id: str) -> bytes:
         port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=self.data_coder(pcollection_id))
