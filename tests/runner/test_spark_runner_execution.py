@@ -76,6 +76,28 @@ def test_splittable_dofn_restrictions_spread_over_partitions(runner):
         assert_that(partitions, equal_to([2]), label="partitions")
 
 
+class UnevenRanges(Ranges):
+    """``n`` in restrictions of 9 offsets and 1, in turn: 0-9, 9-10, 10-19, 19-20, ..."""
+
+    def split(self, n, restriction):
+        start = restriction.start
+        while start < restriction.stop:
+            size = 9 if (start % 10) == 0 else 1
+            yield OffsetRange(start, min(start + size, restriction.stop))
+            start += size
+
+
+def test_splittable_dofn_restrictions_are_dealt_by_size(runner):
+    """Dealt in turn, the restrictions of 9 would all go to one partition and those of 1 to
+    the other (18 offsets against 2): the partitions get equal sizes instead."""
+    with beam.Pipeline(runner=runner) as p:
+        read = p | beam.Create([20]) | beam.ParDo(UnevenRanges())
+        by_partition = (read | "Partitions" >> beam.Values() | beam.combiners.Count.PerElement()
+                        | "Counts" >> beam.Values())
+        assert_that(read | beam.Keys(), equal_to(list(range(20))), label="numbers")
+        assert_that(by_partition, equal_to([10, 10]), label="per partition")
+
+
 def test_spark_parallelism_sets_shuffle_partitions(runner):
     options = PipelineOptions(["--spark_parallelism", "3"])
     with beam.Pipeline(runner=runner, options=options) as p:
