@@ -27,7 +27,8 @@ The design:
   standard WindowFn, and a lifted combine's precombine at a run's end.
 - In the task, one operation (:mod:`~runners.spark.chains.operation`) runs the run of
   steps (:mod:`~runners.spark.chains.steps`: each step's call as Beam's invoker makes it)
-  through one function written and compiled for it (:mod:`~runners.spark.chains.code`):
+  through one function written and compiled for it (:mod:`~runners.spark.chains.code`,
+  its window steps' code by :mod:`~runners.spark.chains.window_code`):
   each element's value goes through the steps' functions in nested blocks, carried with
   the ``WindowedValue`` whose timestamp, windows and pane it has, a new one made only
   where a step changes them (a ``TimestampedValue``, a ``WindowInto``, an invocation per
@@ -35,8 +36,9 @@ The design:
   by every step that reads it (a ``TimestampedValue``'s own, as Beam's output handler
   keeps it), the window of the invocation, the pane. Bundle methods run
   in Beam's order (started last to first, finished first to last, what ``finish_bundle``
-  outputs going through the steps after it); metrics go to the running step's cells; element counts and sampled sizes of
-  every PCollection between the steps are kept as Beam's consumer sets keep them; errors
+  outputs going through the steps after it); metrics go to the running step's cells;
+  element counts and sampled sizes of every PCollection between the steps are kept as
+  Beam's consumer sets keep them; errors
   name the step as Beam's ``DoFnRunner`` does. :mod:`~runners.spark.chains.precombine`
   ends a run with the precombine's table, :mod:`~runners.spark.chains.window_assignment`
   assigns the standard WindowFns' windows by integer arithmetic, inside a run or alone.

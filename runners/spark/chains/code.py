@@ -60,46 +60,13 @@ from runners.spark.beam_internals import (
     WindowedValue,
     create_windowed_value,
 )
-
-# Python allows 20 statically nested blocks: a chain's ``for`` loops and its ``try`` stay
-# under that (planning opens at most planning.MAX_CHAIN_BLOCKS of them in a chain).
-
-
-class ChainCode:
-    """The source of one function of a chain, written step by step; ``names`` are the
-    objects the code refers to, shared by the chain's functions."""
-
-    def __init__(self, names: Dict[str, Any]) -> None:
-        self.lines: List[str] = []
-        self.names = names
-        self.loops: List[int] = []  # owners of the enclosing for loops, innermost last
-
-    def bind(self, name: str, value: Any) -> str:
-        self.names[name] = value
-        return name
-
-    def line(self, text: str) -> None:
-        self.lines.append("    " * (len(self.loops) + 3) + text)
-
-    def skip(self, depth: int = 1) -> None:
-        """Stop this value's way down the chain (``depth`` levels into the current block):
-        on to the next value of the innermost loop (its owner's code runs again), or the
-        end of the element."""
-        indent = "    " * depth
-        if self.loops:
-            self.line(f"{indent}current = {self.loops[-1]}")
-            self.line(f"{indent}continue")
-        else:
-            self.line(f"{indent}return")
-
-    def open_loop(self, owner: int, header: str) -> None:
-        self.line(header)
-        self.loops.append(owner)
-
-    def close_loops(self) -> None:
-        while self.loops:
-            self.line(f"current = {self.loops[-1]}")
-            self.loops.pop()
+from runners.spark.chains.source import ChainCode
+from runners.spark.chains.window_code import (
+    window_adder,
+    write_fixed_into_precombine,
+    write_last_into_global,
+    write_windows,
+)
 
 
 @dataclasses.dataclass
@@ -180,15 +147,15 @@ def _body(code: ChainCode, steps: Sequence[Any], counted: Sequence[Any], start: 
         if index < len(counted):
             _count(code, index, counted[index], carrier, value)
     if global_last:
-        _write_last_into_global(code, end - 1, steps[-1], carrier, value)
+        write_last_into_global(code, end - 1, steps[-1], carrier, value)
     elif fixed_into_precombine:
-        _write_fixed_into_precombine(code, end - 1, steps, counted[end - 1], carrier, value)
+        write_fixed_into_precombine(code, end - 1, steps, counted[end - 1], carrier, value)
     elif precombine:  # the chain's outputs are the precombine's flushes
         last = len(steps) - 1
         combiner = steps[-1].combiner
         code.line(f"current = {last}")
         if combiner.is_default_windowing:  # each value in the global window alone
-            add = _window_adder(code, last, combiner)
+            add = window_adder(code, last, combiner)
             window = code.bind(f"global_window_{last}", GlobalWindow())
             code.line(f"{add}({window}, {value})")
         else:
@@ -203,57 +170,7 @@ def _body(code: ChainCode, steps: Sequence[Any], counted: Sequence[Any], start: 
     return code.lines
 
 
-def _write_last_into_global(code: ChainCode, index: int, step: Any, carrier: str,
-                            value: str) -> None:
-    """A last ``WindowInto(GlobalWindows)`` (``WriteImpl``'s, before its writing step):
-    an element alone in the global window with no pane is handed on as it is, without
-    the loop of :func:`_write_windows`; any other, once per window it was in."""
-    windows_at = code.bind(f"windows_at_{index}", step.windows_at)
-    code.line(f"windows = {carrier}.windows")
-    code.line("if (len(windows) == 1 and type(windows[0]) is GlobalWindow")
-    code.line(f"        and {carrier}.pane_info == NO_PANE):")
-    code.line(f"    receive({carrier} if {value} is {carrier}.value "
-              f"else {carrier}.with_value({value}))")
-    code.line("else:")
-    code.line(f"    micros = {carrier}.timestamp_micros")
-    code.line("    for _ in windows:")
-    code.line(f"        receive(create({value}, micros, {windows_at}(micros)))")
-    code.line(f"        current = {index}")
 
-
-def _window_adder(code: ChainCode, index: int, combiner: Any) -> str:
-    """The name of the precombine's ``add_in_window``, one for every entry (they share its
-    table)."""
-    add = f"add_in_window_{index}"
-    if add not in code.names:
-        code.bind(add, combiner.window_adder(code.names["receive"]))
-    return add
-
-
-def _write_fixed_into_precombine(code: ChainCode, index: int, steps: Sequence[Any],
-                                 sizes: Any, carrier: str, value: str) -> None:
-    """A ``WindowInto(FixedWindows)`` handing its values to the precombine: each value is
-    added in its window directly, once per window its element was in (as the carriers of
-    :func:`_write_windows` would be, each with the same one window), and its carrier
-    (timestamp, window, no pane) is made only for an element whose size is sampled."""
-    size, offset, cache, make = steps[index].fixed
-    cache = code.bind(f"window_cache_{index}", cache)
-    make = code.bind(f"make_window_{index}", make)
-    sizes = code.bind(f"sizes_{index}", sizes)
-    last = len(steps) - 1
-    add = _window_adder(code, last, steps[-1].combiner)
-    code.line(f"micros = {carrier}.timestamp_micros")
-    code.line(f"start = micros - (micros - {offset}) % {size}")
-    code.line(f"window = {cache}.get(start)")
-    code.line("if window is None:")
-    code.line(f"    window = {make}(start)")
-    code.open_loop(index, f"for _ in {carrier}.windows:")
-    code.line(f"seen_{index} += 1")
-    code.line(f"if seen_{index} >= next_{index}:")
-    code.line(f"    next_{index} = {sizes}.sample(create({value}, micros, [window]), {value}, "
-              f"seen_{index})")
-    code.line(f"current = {last}")
-    code.line(f"{add}(window, {value})")
 
 
 def _count(code: ChainCode, index: int, sizes: Any, carrier: str, value: str) -> None:
@@ -288,7 +205,7 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
                 value: str) -> Tuple[str, str]:
     kind = step.kind
     if kind == "windows":
-        return _write_windows(code, index, step, carrier, value)
+        return write_windows(code, index, step, carrier, value)
     function = code.bind(f"function_{index}", step.function)
     code.line(f"current = {index}")
     window = ""
@@ -350,44 +267,6 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
     code.line(f"    {out} = {new_carrier}.value")
     return new_carrier, out
 
-
-def _write_windows(code: ChainCode, index: int, step: Any, carrier: str,
-                   value: str) -> Tuple[str, str]:
-    """``WindowInto``: the value once per window its element was in, each time with a new
-    carrier holding the windows of its timestamp and no pane; into the global window, an
-    element alone in the global window with no pane goes on as it is."""
-    windows_at = code.bind(f"windows_at_{index}", step.windows_at)
-    carriers = f"carriers_{index}"
-    if step.into_global:
-        code.line(f"windows = {carrier}.windows")
-        code.line("if (len(windows) == 1 and type(windows[0]) is GlobalWindow")
-        code.line(f"        and {carrier}.pane_info == NO_PANE):")
-        code.line(f"    {carriers} = ({carrier},)")
-        code.line("else:")
-        code.line(f"    micros = {carrier}.timestamp_micros")
-        code.line(f"    {carriers} = [create({value}, micros, {windows_at}(micros)) "
-                  f"for _ in windows]")
-    elif step.fixed is not None:  # FixedWindows, the assignment written out
-        size, offset, cache, make = step.fixed
-        cache = code.bind(f"window_cache_{index}", cache)
-        make = code.bind(f"make_window_{index}", make)
-        code.line(f"micros = {carrier}.timestamp_micros")
-        code.line(f"start = micros - (micros - {offset}) % {size}")
-        code.line(f"window = {cache}.get(start)")
-        code.line("if window is None:")
-        code.line(f"    window = {make}(start)")
-        code.line(f"if len({carrier}.windows) == 1:")
-        code.line(f"    {carriers} = (create({value}, micros, [window]),)")
-        code.line("else:")
-        code.line(f"    {carriers} = [create({value}, micros, [window]) "
-                  f"for _ in {carrier}.windows]")
-    else:
-        code.line(f"micros = {carrier}.timestamp_micros")
-        code.line(f"{carriers} = [create({value}, micros, {windows_at}(micros)) "
-                  f"for _ in {carrier}.windows]")
-    new_carrier = f"carrier_{index}"
-    code.open_loop(index, f"for {new_carrier} in {carriers}:")
-    return new_carrier, value
 
 
 def _compile(names: Dict[str, Any], bodies: Dict[str, List[str]], counted: int,
