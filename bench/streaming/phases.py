@@ -24,12 +24,17 @@ round, the streaming loop's bookkeeping), pickling the functions, building the p
 the ``AnalyzePlan`` and other round trips, and per query: request to server, analysis,
 optimisation and planning, until the first job starts, the jobs, until the operation is
 finished, results to the client, decoding. Figures are medians over the measured batches
-(batch 0 is not measured), with the RPCs a batch makes and the bytes a query sends.
+(batch 0 is not measured), with the RPCs a batch makes and the bytes a query sends. With
+``--warmup-runs N`` each engine first runs the workload N times unmeasured: a Connect
+server started for the run is still compiling its planning code in its first runs
+(measured on 2 cores, 10,000 events a batch: the server's analysis, planning and wait for
+the first job took 58-80 ms a batch in the first runs, 31 ms after two runs).
 
 Examples::
 
     python -m bench.streaming.phases                     # both engines, both sizes
     python -m bench.streaming.phases --engines connect --batches 6 --sizes 10000
+    python -m bench.streaming.phases --sizes 10000 --warmup-runs 2   # both engines warm
 """
 
 from __future__ import annotations
@@ -236,6 +241,15 @@ def measure(engine: str, session: Any, log_directory: str, events_per_batch: int
     return summarize(engine, events_per_batch, measured)
 
 
+def warm_up(engine: str, session: Any, arguments: argparse.Namespace) -> None:
+    """``--warmup-runs`` unmeasured runs of the workload at the largest size."""
+    for _ in range(arguments.warmup_runs):
+        streaming_beam.run(session, streaming_beam.windowed_sum,
+                           arguments.master if engine == "classic" else None,
+                           arguments.parallelism, arguments.shards, max(arguments.sizes),
+                           arguments.batches, arguments.seed, drain=False, allow_empty=True)
+
+
 def summarize(engine: str, events_per_batch: int,
               measured: List[Dict[str, Any]]) -> Dict[str, Any]:
     names = [name for name, _ in PHASES] + ["total"]
@@ -259,7 +273,9 @@ def summarize(engine: str, events_per_batch: int,
 
 def print_table(records: Sequence[Dict[str, Any]]) -> None:
     columns = [f"{record['engine']} {record['events_per_batch']:,}" for record in records]
-    print(f"\nmedian ms per batch, by phase ({records[0]['batches']} batches measured each)")
+    warmed = records[0].get("warmup_runs")
+    print(f"\nmedian ms per batch, by phase ({records[0]['batches']} batches measured each"
+          f"{f', after {warmed} unmeasured run(s)' if warmed else ''})")
     print(f"  {'':42s}" + "".join(f"{column:>16s}" for column in columns))
     for name, label in PHASES + (("total", "total (the batch)"),):
         print(f"  {label:42s}" + "".join(f"{record['median_ms'][name]:16.1f}"
@@ -290,6 +306,7 @@ def run(arguments: argparse.Namespace) -> List[Dict[str, Any]]:
         os.makedirs(classic_logs)
         session = bench_session(arguments.master, arguments.parallelism,
                                 {**event_log, "spark.eventLog.dir": classic_logs})
+        warm_up("classic", session, arguments)
         for size in arguments.sizes:
             records.append(measure("classic", session, classic_logs, size, arguments.batches,
                                    arguments))
@@ -302,6 +319,7 @@ def run(arguments: argparse.Namespace) -> List[Dict[str, Any]]:
                                        **arguments.conf})
         connect = server.session()
         try:
+            warm_up("connect", connect, arguments)
             for size in arguments.sizes:
                 records.append(measure("connect", connect, connect_logs, size,
                                        arguments.batches, arguments))
@@ -324,6 +342,8 @@ def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
     parser.add_argument("--parallelism", type=int, default=2, help="Spark partitions (2)")
     parser.add_argument("--seed", type=int, default=2024, help="event generator seed (2024)")
+    parser.add_argument("--warmup-runs", type=int, default=0,
+                        help="unmeasured runs of the workload per engine first (0)")
     parser.add_argument("--timeline", action="store_true",
                         help="print the last batch's wrapped calls too")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -340,6 +360,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     records = run(arguments)
     for record in records:
         record["load_average_1min"] = round(os.getloadavg()[0], 2)
+        record["warmup_runs"] = arguments.warmup_runs
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     write_jsonl(RESULTS_DIR / f"streaming-phases-{stamp}.jsonl", records)
