@@ -24,6 +24,7 @@ from runners.spark.backends.connect_names import MAX_TAG, job_tag
 from runners.spark.backends.connect_tasks import (
     ConnectBroadcast,
     KeyedWriter,
+    MarkedTask,
     PartitionedWriter,
     PartitionTask,
     ReportSink,
@@ -53,6 +54,9 @@ def test_a_partitioned_write_names_each_rows_partition_modulo_the_count():
     (batch,) = PartitionedWriter(3, pa.binary())(iter(pairs))
     assert batch.column(0).to_pylist() == [1, 2, 0]
     assert list(rows.read_records([batch])) == ["a", "b", StepReport("Sum", 0, 1)]
+    (marked,) = PartitionedWriter(3, pa.binary(), markers=True)(iter(pairs))
+    assert marked.column(0).to_pylist() == [1, 2, 0, 0, 1, 2]
+    assert marked.column(1).to_pylist()[3:] == [None] * 3
 
 
 @pytest.mark.parametrize("key", [b"", b"k", (b"k", b"w"), (b"", b""), (b"a" * 300,)])
@@ -95,6 +99,35 @@ def test_a_task_applies_its_steps_in_order_with_the_partition_index():
                          lambda records: rows.write_records(records, pa.binary()))
     batches = list(rows.write_records([1, 2], pa.binary()))
     assert list(rows.read_records(task.run(10, iter(batches)))) == [12, 14]
+
+
+def _key_partition_rows(partition, records, marker_at):
+    """A key partition's rows as its shuffle hands them over: ``(partition, record)``, the
+    marker (a null record) at ``marker_at``, in batches of one row and an empty one."""
+    values = [pickle.dumps(record) for record in records]
+    values.insert(marker_at, None)
+    return [pa.record_batch([pa.array([], pa.int32()), pa.array([], pa.binary())],
+                            names=[rows.PARTITION, rows.RECORD])] + [
+        pa.record_batch([pa.array([partition], pa.int32()), pa.array([value], pa.binary())],
+                        names=[rows.PARTITION, rows.RECORD]) for value in values]
+
+
+@pytest.mark.parametrize("marker_at", [0, 1, 2])
+def test_a_marked_task_runs_as_the_key_partition_its_rows_name_without_the_marker(marker_at):
+    numbered = (True, lambda index, records: ((index, record) for record in records))
+    task = PartitionTask(records_in, (numbered,),
+                         lambda records: rows.write_records(records, pa.binary()))
+    batches = _key_partition_rows(5, ["a", "b"], marker_at)
+    assert list(rows.read_records(MarkedTask(task)(iter(batches)))) == [(5, "a"), (5, "b")]
+
+
+def test_a_marked_task_of_the_marker_alone_runs_with_no_input_and_no_rows_runs_nothing():
+    seen = []
+    task = PartitionTask(records_in, ((True, lambda index, records: seen.append(
+        (index, list(records))) or ()),), lambda records: rows.write_records(records, pa.binary()))
+    assert list(rows.read_records(MarkedTask(task)(iter(_key_partition_rows(3, [], 0))))) == []
+    assert seen == [(3, [])]
+    assert list(MarkedTask(task)(iter([]))) == [] and seen == [(3, [])]
 
 
 def test_a_broadcast_pickles_without_its_value_when_it_went_as_a_file():

@@ -270,6 +270,35 @@ def test_placed_key_partitions_each_get_their_own_input_and_run_with_none(spark_
         placement.release()
 
 
+def test_key_partitions_on_one_executor_name_themselves_by_their_rows(spark_connect, capsys):
+    """With nothing to place (one executor), a keyed step's input is shuffled with a marker
+    row per key partition and run by ``mapInArrow``, no pointer and no cogroup: each key
+    partition's task still gets its own records through the dataset's functions and its key
+    partition as its index, also once the outputs are unioned and coalesced (where Spark
+    numbers the union's partitions), and a partition with no input, or a step with due
+    timers only, still runs."""
+    from runners.spark.backends.connect import ConnectBackend
+    from runners.spark.backends.connect_affinity import PointerAffinity
+
+    backend = ConnectBackend.of(spark_connect)
+    placement = PointerAffinity(backend, 4, enabled=False)
+    pairs = [(number % 4, number) for number in range(10) if number % 4 != 2]
+    keyed = backend.source(pairs, 2).partition_by(4).map_partitions(_doubled)
+    expected = [(0, [0, 8, 16]), (1, [2, 10, 18]), (2, []), (3, [6, 14])]
+    marked = placement.run("Sum", keyed, _seen)
+    assert sorted(backend.collect(marked)) == expected
+    timers_only = placement.run("Count", backend.source([], 4), _seen)
+    union = backend.union([backend.source([(9, ["other"])], 3), timers_only, marked])
+    assert sorted(backend.collect(union.coalesce(1))) == sorted(
+        expected + [(partition, []) for partition in range(4)] + [(9, ["other"])])
+    union.frame().explain()
+    plan = capsys.readouterr().out
+    assert "FlatMapCoGroupsInArrow" not in plan and "InMemoryTableScan" not in plan, plan
+    assert placement.run_at_every_place(_seen) == [(0, [0])]  # one task, anywhere
+    with pytest.raises(ValueError, match="partition_by"):
+        placement.run("Sum", backend.source([(0, 1)], 4), _seen)
+
+
 def test_a_script_ships_its_main_session_and_packages_as_session_artifacts(tmp_path):
     """``--save_main_session``, ``--extra_package`` and ``--setup_file`` through the runner's
     own staging, from a script run as a user runs one: the packages are installed into the

@@ -72,6 +72,28 @@ def test_keyed_steps_plan_no_exchange_from_their_first_batch_with_adaptive_execu
         placement.release()
 
 
+def test_keyed_steps_on_one_executor_keep_their_key_partitions_with_adaptive_execution(
+        adaptive_session):
+    """On one executor (nothing to place: marker rows, no pointer), adaptive execution
+    neither merges nor drops a key partition: each still gets its own input, also once the
+    outputs are unioned and coalesced, and one with no input, or a step with due timers only,
+    still runs, batch after batch."""
+    from runners.spark.backends.connect import ConnectBackend
+    from runners.spark.backends.connect_affinity import PointerAffinity
+
+    backend = ConnectBackend.of(adaptive_session)
+    placement = PointerAffinity(backend, 4, enabled=False)
+    pairs = [(number % 4, number) for number in range(10) if number % 4 != 2]
+    keyed = backend.source(pairs, 2).partition_by(4)
+    expected = [(0, [0, 4, 8]), (1, [1, 5, 9]), (2, []), (3, [3, 7])]
+    for _ in range(2):
+        marked = placement.run("Sum", keyed, _seen)
+        timers_only = placement.run("Count", backend.source([], 4), _seen)
+        union = backend.union([timers_only, marked]).coalesce(1)
+        assert sorted(backend.collect(union)) == sorted(
+            expected + [(partition, []) for partition in range(4)])
+
+
 def test_the_sessions_the_runner_makes_have_adaptive_execution_off(no_classic_spark, caplog):  # noqa: F811
     """A session of the runner's own (``--spark_remote``) turns it off: no warning."""
     from apache_beam.options.pipeline_options import PipelineOptions

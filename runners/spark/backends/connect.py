@@ -19,7 +19,8 @@ engine runs there unchanged; only this backend differs:
   collects with its other reports (:class:`ReportedMetrics`);
 * **names and cancelling**: job tags (:mod:`~runners.spark.backends.connect_names`);
 * **keyed streaming steps**: each cogrouped with a persisted pointer DataFrame, so that its
-  key partitions run where their stores are (:mod:`~runners.spark.backends.connect_affinity`);
+  key partitions run where their stores are; on one executor, shuffled with a marker row per
+  key partition instead (:mod:`~runners.spark.backends.connect_affinity`);
 * **code**: the project's packages and what a pipeline stages are session artifacts.
 
 A session is checked once, at first use (:mod:`~runners.spark.backends.connect_checks`):
@@ -288,6 +289,13 @@ class ConnectBackend(Backend):
         ``reader`` then ``steps`` in each key partition's task, and the steps added later
         too (see :class:`ConnectDataset`)."""
         return ConnectDataset(self, frame, reader, steps, pointer=pointer)
+
+    def marked(self, frame: Any, reader: Callable[..., Iterator[Any]],
+               steps: Tuple[Step, ...]) -> ConnectDataset:
+        """A keyed step's output on one executor: ``frame`` (by key partition, a marker row
+        in each) through ``reader`` then ``steps`` in each key partition's ``mapInArrow``
+        task (:class:`~runners.spark.backends.connect_tasks.MarkedTask`)."""
+        return ConnectDataset(self, frame, reader, steps, marked=True)
 
     def keyed_empty(self, partitions: int) -> ConnectDataset:
         """No records, as :meth:`ConnectDataset.partition_by` lays them out (no Python task

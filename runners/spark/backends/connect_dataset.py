@@ -19,6 +19,7 @@ from runners.spark.backends.base import Dataset, IndexedPartitionFunction, Parti
 from runners.spark.backends.connect_affinity import placed_frame
 from runners.spark.backends.connect_tasks import (
     KeyedWriter,
+    MarkedTask,
     PartitionedWriter,
     PartitionTask,
     RecordsWriter,
@@ -40,6 +41,9 @@ def _arrow_schema(schema: StructType, binary: pa.DataType) -> pa.Schema:
 
 RECORDS_SCHEMA = _schema((rows.RECORD, BinaryType()))
 PARTITIONED_SCHEMA = _schema((rows.PARTITION, IntegerType()), (rows.RECORD, BinaryType()))
+#: :data:`PARTITIONED_SCHEMA` with marker rows (a null record).
+MARKED_SCHEMA = StructType([StructField(rows.PARTITION, IntegerType(), nullable=False),
+                            StructField(rows.RECORD, BinaryType(), nullable=True)])
 KEYED_SCHEMA = _schema((rows.PARTITION, IntegerType()), (rows.KEY, BinaryType()),
                        (rows.RECORD, BinaryType()))
 
@@ -62,13 +66,18 @@ class ConnectDataset(Dataset):
         cogrouped with this pointer (:func:`~runners.spark.backends.connect_affinity.
         placed_frame`), ``reader`` and ``steps`` (the step's and what follows it up to the
         next shuffle) in the cogroup's task: one Python pass, not one more ``mapInArrow``.
+      marked: a keyed step's output on one executor: ``frame`` is the step's input by key
+        partition with a marker row in each (:class:`~runners.spark.backends.connect_tasks.
+        MarkedTask`), ``reader`` and ``steps`` in its ``mapInArrow`` task.
+      unshuffled: for :attr:`partitions`, the dataset whose records were partitioned.
     """
 
     def __init__(self, backend: "ConnectBackend", frame: Any,
                  reader: Callable[..., Iterator[Any]] = records_in,
                  steps: Tuple[Step, ...] = (), plain: bool = False,
                  persisted: bool = False, partitions: Optional[int] = None,
-                 known_empty: bool = False, pointer: Any = None) -> None:
+                 known_empty: bool = False, pointer: Any = None, marked: bool = False,
+                 unshuffled: Any = None) -> None:
         self.backend = backend
         self._frame = frame
         self._reader = reader
@@ -78,6 +87,8 @@ class ConnectDataset(Dataset):
         self._partitions = partitions
         self._known_empty = known_empty
         self._pointer = pointer
+        self._marked = marked
+        self._unshuffled = unshuffled
 
     @property
     def partitions(self) -> Optional[int]:
@@ -103,21 +114,32 @@ class ConnectDataset(Dataset):
             raise ValueError("this dataset was not made by partition_by")
         return self._frame
 
+    def marked_frame(self) -> Any:
+        """The rows of a dataset made by :meth:`partition_by` (before :attr:`steps`), each
+        map task's with a marker row for every partition (:class:`~runners.spark.backends.
+        connect_tasks.MarkedTask`)."""
+        if self._unshuffled is None:
+            raise ValueError("this dataset was not made by partition_by")
+        written = self._unshuffled._apply(
+            PartitionedWriter(self.partitions, self.backend.binary, markers=True), MARKED_SCHEMA)
+        return written.repartitionById(self.partitions, rows.PARTITION)
+
     def map_partitions(self, function: PartitionFunction) -> "ConnectDataset":
-        return ConnectDataset(self.backend, self._frame, self._reader,
-                              self._steps + ((False, function),), partitions=self.partitions,
-                              pointer=self._pointer)
+        return self._with_step((False, function))
 
     def map_partitions_with_index(self, function: IndexedPartitionFunction) -> "ConnectDataset":
-        return ConnectDataset(self.backend, self._frame, self._reader,
-                              self._steps + ((True, function),), partitions=self.partitions,
-                              pointer=self._pointer)
+        return self._with_step((True, function))
+
+    def _with_step(self, step: Step) -> "ConnectDataset":
+        return ConnectDataset(self.backend, self._frame, self._reader, self._steps + (step,),
+                              partitions=self.partitions, pointer=self._pointer,
+                              marked=self._marked, unshuffled=self._unshuffled)
 
     def partition_by(self, partitions: int) -> "ConnectDataset":
         written = self._apply(PartitionedWriter(partitions, self.backend.binary),
                               PARTITIONED_SCHEMA)
         return ConnectDataset(self.backend, written.repartitionById(partitions, rows.PARTITION),
-                              partitions=partitions)
+                              partitions=partitions, unshuffled=self)
 
     def group_by_key(self, partitions: int,
                      partition_of: Callable[[Any], int]) -> "ConnectDataset":
@@ -132,7 +154,7 @@ class ConnectDataset(Dataset):
 
     def frame(self) -> Any:
         """A DataFrame of one :data:`~runners.spark.backends.connect_rows.RECORD` column."""
-        if self._pointer is not None:
+        if self._pointer is not None or self._marked:
             return self._apply(RecordsWriter(self.backend.binary), RECORDS_SCHEMA)
         if self._plain and not self._steps:
             return self._frame
@@ -145,6 +167,8 @@ class ConnectDataset(Dataset):
         if self._pointer is not None:
             return placed_frame(self._pointer, self._frame, task, schema,
                                 _arrow_schema(schema, self.backend.binary))
+        if self._marked:
+            return self._frame.mapInArrow(MarkedTask(task), schema)
         return self._frame.mapInArrow(task, schema)
 
     def unpersist(self) -> None:

@@ -132,14 +132,18 @@ def write_records(records: Iterable[Any], binary: pa.DataType) -> Iterator[pa.Re
 
 
 def write_partitioned(pairs: Iterable[Tuple[int, Any]], partitions: int,
-                      binary: pa.DataType) -> Iterator[pa.RecordBatch]:
+                      binary: pa.DataType, markers: bool = False) -> Iterator[pa.RecordBatch]:
     """``(partition, record)`` pairs as :data:`PARTITION` (modulo ``partitions``) and
-    :data:`RECORD` rows."""
+    :data:`RECORD` rows; with ``markers``, then a row of no record (null) for every
+    partition."""
     batcher = _Batcher([PARTITION, RECORD], [pa.int32(), binary])
     dumps = pickle.dumps
     for partition, record in pairs:
         data = dumps(record, _PICKLE)
         if batcher.add((partition % partitions, data), len(data)):
+            yield batcher.batch()
+    for partition in range(partitions if markers else 0):
+        if batcher.add((partition, None), 0):
             yield batcher.batch()
     if batcher:
         yield batcher.batch()

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import pickle
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from runners.spark.backends import connect_rows as rows
 from runners.spark.backends.base import Broadcast, IndexedPartitionFunction, MetricsSink
@@ -82,14 +84,16 @@ class RecordsWriter:
 
 
 class PartitionedWriter:
-    """``(partition, record)`` pairs, for a shuffle to ``partitions`` partitions."""
+    """``(partition, record)`` pairs, for a shuffle to ``partitions`` partitions; with
+    ``markers``, a marker row for every partition too (see :class:`MarkedTask`)."""
 
-    def __init__(self, partitions: int, binary: pa.DataType) -> None:
+    def __init__(self, partitions: int, binary: pa.DataType, markers: bool = False) -> None:
         self.partitions = partitions
         self.binary = binary
+        self.markers = markers
 
     def __call__(self, pairs: Iterable[Tuple[int, Any]]) -> Iterator[pa.RecordBatch]:
-        return rows.write_partitioned(pairs, self.partitions, self.binary)
+        return rows.write_partitioned(pairs, self.partitions, self.binary, self.markers)
 
 
 class KeyedWriter:
@@ -127,6 +131,36 @@ class PartitionTask:
         for with_index, function in self.steps:
             records = function(index, records) if with_index else function(records)
         return self.writer(records)
+
+
+# ----- a keyed step's task on one executor (runners.spark.backends.connect_affinity)
+class MarkedTask:
+    """What ``mapInArrow`` runs for one key partition when there is nothing to place: the
+    partition's rows, each with the key partition in :data:`~runners.spark.backends.
+    connect_rows.PARTITION` and among them marker rows with no record (each map task writes
+    one per key partition, so that a partition with no input still names itself), given to
+    ``task`` as its key partition's input, the markers left out. The task's own partition
+    id would not do: once the step's output is unioned with other outputs, Spark numbers the
+    union's partitions."""
+
+    def __init__(self, task: PartitionTask) -> None:
+        self.task = task
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = iter(batches)
+        for first in batches:
+            if first.num_rows:
+                break
+        else:
+            return iter(())  # not a key partition (each has its marker)
+        partition = first.column(first.schema.get_field_index(rows.PARTITION))[0].as_py()
+        return self.task.run(partition, (_without_markers(batch) for batch in
+                                         itertools.chain((first,), batches)))
+
+
+def _without_markers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    record = batch.column(batch.schema.get_field_index(rows.RECORD))
+    return batch if record.null_count == 0 else batch.filter(pc.is_valid(record))
 
 
 # ----- a keyed step's task, placed by a pointer (runners.spark.backends.connect_affinity)
