@@ -87,9 +87,10 @@ BROADCAST_INLINE_BYTES = 64 << 10
 ADAPTIVE_WARNING = (
     "%s has adaptive query execution on (spark.sql.adaptive.enabled=true, Spark's default): "
     "every query of the runner is re-planned after its shuffle, in a Spark job of its own "
-    "(a streaming micro-batch runs two Spark jobs instead of one: 0.92 s a batch instead of "
-    "0.75 s measured on local[2]; a batch pipeline 10-25%% slower). The runner keeps to the session's settings; for its "
-    "speed, set spark.conf.set('spark.sql.adaptive.enabled', 'false') before the run, or give "
+    "(a streaming micro-batch runs two Spark jobs instead of one: 13-23 ms more a batch of "
+    "200-280 ms measured on local[2]; a batch pipeline 10-25%% slower). The runner keeps to "
+    "the session's settings; for its speed, set "
+    "spark.conf.set('spark.sql.adaptive.enabled', 'false') before the run, or give "
     "--spark_remote sc://... (a session of the runner's own, with it off)")
 
 
