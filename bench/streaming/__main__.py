@@ -197,14 +197,11 @@ def warm_up(session: Any, arguments: argparse.Namespace, connect: Any = None) ->
     measurement times: ours on ``session`` and on ``connect``, Spark's own query."""
     from runners.spark.options import is_local_master
 
+    ours = ([(session, arguments.master)] if is_local_master(arguments.master) else []) + (
+        [(connect, None)] if connect is not None else [])
     for _ in range(arguments.warmup_runs):
-        if is_local_master(arguments.master):
-            streaming_beam.run(session, streaming_beam.windowed_sum, arguments.master,
-                               arguments.parallelism, arguments.shards,
-                               arguments.events_per_batch, arguments.latency_batches,
-                               arguments.seed)
-        if connect is not None:
-            streaming_beam.run(connect, streaming_beam.windowed_sum, None,
+        for engine, master in ours:
+            streaming_beam.run(engine, streaming_beam.windowed_sum, master,
                                arguments.parallelism, arguments.shards,
                                arguments.events_per_batch, arguments.latency_batches,
                                arguments.seed)

@@ -467,6 +467,10 @@ RUNNER_URNS = frozenset([
     common_urns.composites.RESHUFFLE.urn,
 ])
 
+#: The process step of a splittable DoFn after ``expand_sdf``: its main input is the sized
+#: restrictions, each ``((element, (restriction, watermark estimator state)), size)``.
+SPLITTABLE_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
+
 #: State the runner serves from materialized side inputs (everything else is user state).
 SIDE_INPUT_STATE_TYPES = frozenset([
     "iterable_side_input",

@@ -359,13 +359,15 @@ def deal_by_size(sized: List[Tuple[float, bytes]], first: int,
                  partitions: int) -> Iterator[Tuple[int, bytes]]:
     """``(partition, value)`` for each ``(size, value)``, over ``partitions`` partitions:
     the largest first, each to the partition whose total is least so far, ties to the one
-    nearest after ``first`` (each input partition starts at its own). The totals then differ
-    by at most the smallest value (the longest-processing-time rule).
+    nearest after ``first`` (each input partition starts at its own). No partition's total
+    then exceeds another's by more than the largest value (the longest-processing-time rule).
 
-    >>> sizes = [(13.0, "a"), (9.0, "b"), (13.0, "c"), (9.0, "d"), (13.0, "e"), (9.0, "f")]
-    >>> dealt = list(deal_by_size(sizes, 0, 2))
-    >>> [sum(size for (size, value), (partition, _) in zip(
-    ...     sorted(sizes, key=lambda pair: -pair[0]), dealt) if partition == p) for p in (0, 1)]
+    >>> sizes = {"a": 13.0, "b": 9.0, "c": 13.0, "d": 9.0, "e": 13.0, "f": 9.0}
+    >>> dealt = deal_by_size([(size, value) for value, size in sizes.items()], 0, 2)
+    >>> totals = [0.0, 0.0]
+    >>> for partition, value in dealt:
+    ...     totals[partition] += sizes[value]
+    >>> totals
     [35.0, 31.0]
     """
     totals = [(0.0, (slot - first) % partitions, slot) for slot in range(partitions)]

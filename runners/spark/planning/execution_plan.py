@@ -24,6 +24,7 @@ from runners.spark.beam_internals import (
     IMPULSE_BUFFER,
     PAR_DO_URNS,
     RUNNER_URNS,
+    SPLITTABLE_PROCESS_URN,
     STREAMING_FUSION_PHASES,
     beam_fn_api_pb2,
     beam_runner_api_pb2,
@@ -48,7 +49,6 @@ RESHUFFLE_STAGE = "reshuffle"
 #: A TestStream (streaming only): ``descriptor`` holds its serialized TestStreamPayload,
 #: ``outputs`` pairs each output tag with its buffer, ``output_coders`` their data coders.
 TEST_STREAM_STAGE = "test_stream"
-_PROCESS_SIZED_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
 class UnsupportedPipelineError(NotImplementedError):
@@ -300,7 +300,7 @@ def _sized_restrictions(stages: Sequence[Any]) -> FrozenSet[str]:
     sized: Set[str] = set()
     for stage in stages:
         for transform in stage.transforms:
-            if transform.spec.urn == _PROCESS_SIZED_URN:
+            if transform.spec.urn == SPLITTABLE_PROCESS_URN:
                 side_inputs = par_do_payload(transform).side_inputs
                 sized.update(pcollection for tag, pcollection in transform.inputs.items()
                              if tag not in side_inputs)

@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from runners.spark.beam_internals import (
     IMPULSE_BUFFER,
     PAR_DO_URNS,
+    SPLITTABLE_PROCESS_URN,
     PipelineContext,
     beam_fn_api_pb2,
     beam_runner_api_pb2,
@@ -56,7 +57,6 @@ TEST_STREAM = "TestStream"
 SPLITTABLE_DO_FN = "splittable DoFn"
 #: A ParDo with side inputs: it may hold main elements until they are ready.
 SIDE_INPUT_READER = "side input reader"
-_SPLITTABLE_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +188,7 @@ class _Describer:
         found = []
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
         for name, transform in sorted(unchained_transforms(descriptor).items()):
-            if transform.spec.urn == _SPLITTABLE_URN:
+            if transform.spec.urn == SPLITTABLE_PROCESS_URN:
                 self.steps[name] = {"kind": SPLITTABLE_DO_FN}
                 found.append(name)
             elif transform.spec.urn in PAR_DO_URNS:

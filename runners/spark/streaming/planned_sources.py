@@ -25,9 +25,9 @@ import logging
 from typing import Any, Dict, List, Optional
 
 from runners.spark.beam_internals import (
+    SPLITTABLE_PROCESS_URN,
     beam_fn_api_pb2,
     beam_runner_api_pb2,
-    common_urns,
     unpickle_dofn,
 )
 from runners.spark.planning.execution_plan import SDK_STAGE, ExecutionPlan
@@ -36,7 +36,6 @@ from runners.spark.worker.components import SharedComponents
 
 _LOGGER = logging.getLogger(__name__)
 
-_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
 class PlannedSources:
@@ -59,7 +58,7 @@ class PlannedSources:
                 continue
             descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
             for transform in descriptor.transforms.values():
-                if transform.spec.urn != _PROCESS_URN:
+                if transform.spec.urn != SPLITTABLE_PROCESS_URN:
                     continue
                 payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
                 try:

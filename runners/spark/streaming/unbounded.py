@@ -59,14 +59,17 @@ from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tup
 
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
-from runners.spark.beam_internals import beam_fn_api_pb2, common_urns, monitoring_infos
+from runners.spark.beam_internals import (
+    SPLITTABLE_PROCESS_URN,
+    beam_fn_api_pb2,
+    monitoring_infos,
+)
 from runners.spark.planning.execution_plan import SDK_STAGE, StageSpec
 from runners.spark.worker.bundles import DeferredWork, StageTask, process_partition
 from runners.spark.worker.records import Elements, Residual, SplittableReport
 
 _LOGGER = logging.getLogger(__name__)
 
-_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 #: Version of :meth:`CarriedResiduals.snapshot`'s format.
 SNAPSHOT_VERSION = 1
 #: Spark jobs :meth:`CarriedResiduals.finalize` may run to reach every worker process.
@@ -91,7 +94,7 @@ def splittable_step(stage: StageSpec) -> Optional[Tuple[str, FrozenSet[str]]]:
         return None
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
     for transform in descriptor.transforms.values():
-        if transform.spec.urn == _PROCESS_URN:
+        if transform.spec.urn == SPLITTABLE_PROCESS_URN:
             name = transform.unique_name
             name = name[:-len("/Process")] if name.endswith("/Process") else name
             return name, frozenset(transform.outputs.values())

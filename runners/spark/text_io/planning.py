@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from runners.spark.beam_internals import (
+    SPLITTABLE_PROCESS_URN,
     beam_runner_api_pb2,
     common_urns,
     proto_utils,
@@ -42,7 +43,6 @@ from runners.spark.chains.planning import RUNNER_OPERATION
 from runners.spark.text_io.read import BULK_RANGE_READ_URN, BULK_SOURCE_READ_URN
 from runners.spark.text_io.write import BULK_KEYED_WRITE_URN, BULK_WRITE_URN
 
-_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 _PAR_DO_URN = common_urns.primitives.PAR_DO.urn
 
 #: The annotation's value -> the URN the worker gives the step.
@@ -59,13 +59,13 @@ def operation_of(transform: Any) -> Optional[bytes]:
     :data:`_OPERATIONS`), or None: the step keeps Beam's. Only expanded steps qualify (the
     process step of an SDF exists after ``expand_sdf``)."""
     urn = transform.spec.urn
-    if urn not in (_PROCESS_URN, _PAR_DO_URN):
+    if urn not in (SPLITTABLE_PROCESS_URN, _PAR_DO_URN):
         return None
     payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
     if payload.state_specs or payload.timer_family_specs or payload.requests_finalization:
         return None
     dofn = unpickle_dofn(payload)
-    if urn == _PROCESS_URN:
+    if urn == SPLITTABLE_PROCESS_URN:
         reads = not payload.side_inputs and reads_bounded_sources(dofn)
         return b"bulk_text_source_read" if reads else None
     if payload.restriction_coder_id:
