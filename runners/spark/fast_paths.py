@@ -29,6 +29,7 @@ from apache_beam.transforms import window
 from apache_beam.utils import timestamp
 
 _MICROS_PER_SECOND = 1_000_000
+_ZERO, _SIX = 0, 6
 #: Beam's own functions that the fast paths replaced, by qualified name (for the tests).
 BEAM_ORIGINALS: Dict[str, Callable[..., Any]] = {}
 
@@ -55,15 +56,20 @@ def _timestamps_in_whole_microseconds() -> None:
     original_micros = timestamp_class.micros
 
     def __init__(self, seconds=0, subseconds=0, precision=6, *, micros=None) -> None:
-        if (type(seconds) is int and type(subseconds) is int and type(precision) is int
-                and precision == 6
-                and (micros is None or (type(micros) is int and subseconds == 0))):
+        # Timestamp(micros=...) (Beam's timestamp coder, most user code) is asked first,
+        # its defaults by identity (CPython's one int 0 and 6; a float or bool is not them).
+        if type(micros) is int:
+            if seconds is _ZERO and subseconds is _ZERO and precision is _SIX:
+                self._precision = 6
+                self._seconds, self._subseconds = divmod(micros, _MICROS_PER_SECOND)
+                return
+        elif (micros is None and precision == 6 and type(seconds) is int
+              and type(subseconds) is int and type(precision) is int):
             self._precision = 6
             self._seconds, self._subseconds = divmod(
-                seconds * _MICROS_PER_SECOND + (subseconds if micros is None else micros),
-                _MICROS_PER_SECOND)
-        else:
-            original_init(self, seconds, subseconds, precision, micros=micros)
+                seconds * _MICROS_PER_SECOND + subseconds, _MICROS_PER_SECOND)
+            return
+        original_init(self, seconds, subseconds, precision, micros=micros)
 
     new = object.__new__
 

@@ -134,13 +134,14 @@ class StageRun:
     annotated: list  # steps the plan marked for the runner's operations
 
 
-def _plan_of(build: Callable[[Any], Any], text_io: bool):
+def _plan_of(build: Callable[[Any], Any], text_io: bool, chain_steps: bool = True):
     options = PipelineOptions([])
     pipeline = beam.Pipeline(options=options)
     lines = build(pipeline)
     _ = (pipeline | "Probe" >> beam.Impulse()
          | "Sink" >> beam.Map(lambda _, side: None, beam.pvalue.AsIter(lines)))
-    return execution_plan.plan(execution_plan.pipeline_proto(pipeline, options), text_io=text_io)
+    return execution_plan.plan(execution_plan.pipeline_proto(pipeline, options),
+                               text_io=text_io, chain_steps=chain_steps)
 
 
 def _reading_stage(plan, suffix: str):
@@ -160,12 +161,13 @@ SPIED = (text_read.TextFile, "emit")
 
 
 def run_stage(build: Callable[[Any], Any], suffix: str, inputs: Sequence[WindowedValue],
-              text_io: bool, monkeypatch, spied: tuple = SPIED) -> StageRun:
+              text_io: bool, monkeypatch, spied: tuple = SPIED,
+              chain_steps: bool = True) -> StageRun:
     """Plan the pipeline ``build`` makes (its result read as a side input, so the stage
     writes it out), run the stage whose step ends in ``suffix`` on ``inputs`` (one bundle),
     and decode what it writes; ``spied``: ``(owner, name)`` of the function whose calls
     are counted."""
-    plan = _plan_of(build, text_io)
+    plan = _plan_of(build, text_io, chain_steps)
     stage = _reading_stage(plan, suffix)
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
     annotated = [transform.unique_name for transform in descriptor.transforms.values()

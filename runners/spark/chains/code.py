@@ -74,6 +74,7 @@ class ChainFunctions:
     """What :func:`chain_function` compiles for a chain."""
 
     chain: Callable[[Any, Any], None]  # (carrier, value) of an element entering the chain
+    chain_values: Callable[[Any, Any], None]  # (carrier, values): each value, in order
     after: Dict[int, Callable[[Any, Any], None]]  # step index -> entry after that step
     counts: Callable[[], List[int]]  # elements counted so far into each counted output
     running: Callable[[], int]  # the index of the step running now
@@ -84,7 +85,7 @@ class ChainFunctions:
 
 def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callable,
                    special: Tuple[type, ...], raise_with_step: Callable,
-                   entries: Sequence[int] = ()) -> ChainFunctions:
+                   entries: Sequence[int] = (), sink: Any = None) -> ChainFunctions:
     """The chain's functions (:class:`ChainFunctions`) and their source.
 
     ``steps`` are the operation's steps (``kind``, ``function``, ``arguments``,
@@ -94,7 +95,10 @@ def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callab
     (``sample(carrier, value, seen)`` returns the count at which to sample next), for
     every step but the last; ``receive`` takes the chain's output elements (a last
     precombine step's ``combiner`` flushes to it). ``entries``: the steps after which the
-    chain can be entered (each but the last, and not a precombine).
+    chain can be entered (each but the last, and not a precombine). ``sink``: a
+    :class:`~runners.spark.chains.blocks.BlockSink` that takes, a block at a time, what a
+    last ``WindowInto(GlobalWindows)`` hands on alone in the global window with no pane
+    (``counted`` then holds one more: the chain's output, counted here).
     """
     ordinary: Set[type] = set()
     names: Dict[str, Any] = {
@@ -103,10 +107,18 @@ def chain_function(steps: Sequence[Any], counted: Sequence[Any], receive: Callab
         "GlobalWindow": GlobalWindow, "NO_PANE": PANE_INFO_UNKNOWN,
         "create": create_windowed_value, "WindowedValue": WindowedValue,
     }
-    bodies = {"chain": _body(ChainCode(names), steps, counted, start=0)}
+    if sink is not None:
+        block = sink.value_block()
+        names.update(block=block, block_append=block.append, open_block=sink.open_block,
+                     flush_block=sink.flush_block, BLOCK_SIZE=sink.BLOCK_SIZE)
+    bodies = {"chain": ("carrier, value", _body(ChainCode(names), steps, counted, start=0))}
+    # The same code in a loop over a block of values of one carrier.
+    block_code = ChainCode(names)
+    block_code.open_loop(0, "for value in values:")
+    bodies["chain_values"] = ("carrier, values", _body(block_code, steps, counted, start=0))
     for index in entries:
-        bodies[f"after_{index}"] = _body(ChainCode(names), steps, counted, start=index + 1,
-                                         count_first=index)
+        bodies[f"after_{index}"] = ("carrier, value", _body(
+            ChainCode(names), steps, counted, start=index + 1, count_first=index))
     return _compile(names, bodies, len(counted), raise_with_step)
 
 
@@ -147,7 +159,8 @@ def _body(code: ChainCode, steps: Sequence[Any], counted: Sequence[Any], start: 
         if index < len(counted):
             _count(code, index, counted[index], carrier, value)
     if global_last:
-        write_last_into_global(code, end - 1, steps[-1], carrier, value)
+        output_sizes = counted[end - 1] if "block" in code.names else None
+        write_last_into_global(code, end - 1, steps[-1], carrier, value, output_sizes)
     elif fixed_into_precombine:
         write_fixed_into_precombine(code, end - 1, steps, counted[end - 1], carrier, value)
     elif precombine:  # the chain's outputs are the precombine's flushes
@@ -246,25 +259,28 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
     new_carrier = f"carrier_{index}"
     resolve = code.bind(f"resolve_{index}", step.resolve)
     code.line(f"{new_carrier} = {carrier}")
-    code.line(f"if type({out}) not in ORDINARY and is_special({out}):")
     if step.windows_at is not None:
         # A value stamped with its event time, the common case, is resolved here (what
-        # resolve does for it, without its call).
+        # resolve does for it, without its call), before asking is_special.
         windows_at = code.bind(f"windows_at_{index}", step.windows_at)
+        code.line(f"if type({out}) not in ORDINARY:")
         code.line(f"    if type({out}) is TimestampedValue:")
         code.line(f"        {new_carrier} = WindowedValue({out}.value, {out}.timestamp, None)")
         code.line(f"        {new_carrier}.windows = {windows_at}({new_carrier}.timestamp_micros)")
         code.line(f"        if len({carrier}.windows) != 1:")
         code.line(f"            {new_carrier}.windows *= len({carrier}.windows)")
-        code.line("    else:")
+        code.line(f"        {out} = {new_carrier}.value")
+        code.line(f"    elif is_special({out}):")
         code.line(f"        {new_carrier} = {resolve}({carrier}, {out})")
         code.line(f"        if {new_carrier} is None:")
         code.skip(depth=3)
+        code.line(f"        {out} = {new_carrier}.value")
     else:
+        code.line(f"if type({out}) not in ORDINARY and is_special({out}):")
         code.line(f"    {new_carrier} = {resolve}({carrier}, {out})")
         code.line(f"    if {new_carrier} is None:")
         code.skip(depth=2)
-    code.line(f"    {out} = {new_carrier}.value")
+        code.line(f"    {out} = {new_carrier}.value")
     return new_carrier, out
 
 
@@ -275,9 +291,9 @@ def _compile(names: Dict[str, Any], bodies: Dict[str, List[str]], counted: int,
         f"next_{index}" for index in range(counted)]
     source = ["def make_chain():", "    current = 0"]
     source += [f"    seen_{index}, next_{index} = 0, 1" for index in range(counted)]
-    for name, body in bodies.items():
+    for name, (parameters, body) in bodies.items():
         source += [
-            f"    def {name}(carrier, value):",
+            f"    def {name}({parameters}):",
             f"        nonlocal {', '.join(cells)}",
             "        try:",
             *body,
@@ -300,7 +316,7 @@ def _compile(names: Dict[str, Any], bodies: Dict[str, List[str]], counted: int,
     exec(compile(text, "<chained steps>", "exec"), namespace)  # noqa: S102 - our own code
     functions, counts, running, enter = namespace["make_chain"]()
     after = {int(name.split("_")[1]): function for name, function in functions.items()
-             if name != "chain"}
+             if name.startswith("after_")}
     running_cell = running.__closure__[running.__code__.co_freevars.index("current")]
-    return ChainFunctions(functions["chain"], after, counts, running, running_cell, enter,
-                          text)
+    return ChainFunctions(functions["chain"], functions["chain_values"], after, counts,
+                          running, running_cell, enter, text)

@@ -34,9 +34,7 @@ step (it samples the chain as one state).
 
 from __future__ import annotations
 
-import math
-import random
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from runners.spark.beam_internals import (
     BeamTransformFactory,
@@ -48,51 +46,41 @@ from runners.spark.beam_internals import (
     operation_specs,
     operations,
 )
+from runners.spark.chains.blocks import BlockSink, SampledSizes, takes_value_blocks
 from runners.spark.chains.code import chain_function
 from runners.spark.chains.planning import CHAINED_STEPS_URN, chain_order
 from runners.spark.chains.steps import SPECIAL_RESULTS, ChainedStep, with_step_name
-
-#: Beam samples the size of every element of the first ten of a PCollection, then fewer.
-_ALWAYS_SAMPLED = 10
-
-
-class _Sizes:
-    """One intermediate PCollection's sampled sizes, kept in a Beam ``OperationCounters``
-    as Beam's consumer set keeps them, at its sampling rate (all of the first ten
-    elements, then ~10/n of them)."""
-
-    def __init__(self, counters: Any) -> None:
-        self.counters = counters
-        self.coder_impl = counters.coder_impl
-
-    def sample(self, carrier: Any, value: Any, seen: int) -> int:
-        """Record the size of the ``seen``-th element; the count at which to sample next."""
-        element = carrier if value is carrier.value else carrier.with_value(value)
-        self.counters.mean_byte_counter.update(self.coder_impl.estimate_size(element))
-        if seen <= _ALWAYS_SAMPLED:
-            return seen + 1
-        gap = math.log(1.0 - random.random()) / math.log(1.0 - _ALWAYS_SAMPLED / seen)
-        return seen + 1 + math.floor(gap)
 
 
 class ChainedStepsOperation(operations.Operation):
     """The steps of a chain, run as one loop over each element (see the module's docstring).
 
-    Built by the factory of :data:`CHAINED_STEPS_URN`; ``steps`` and ``sizes`` (one per
-    intermediate PCollection) are set right after construction.
+    Built by the factory of :data:`CHAINED_STEPS_URN`; ``steps``, ``sizes`` (one per
+    intermediate PCollection) and ``block_sink`` (the one consumer, when it takes blocks of
+    values: :class:`~runners.spark.chains.blocks.BlockSink`) are set right after
+    construction.
     """
 
     steps: List[ChainedStep]
-    sizes: List[_Sizes]
+    sizes: List[SampledSizes]
+    block_sink: Optional[BlockSink] = None
 
     def setup(self, data_sampler=None) -> None:
         super().setup(data_sampler)
         last = len(self.steps) - 1
         entries = [index for index, step in enumerate(self.steps)
                    if step.finish_bundle is not None and index < last]
+        sink = self.block_sink
+        if (sink is not None and self.steps[-1].kind == "windows"
+                and self.steps[-1].into_global and takes_value_blocks(self.receivers[0])):
+            # The chain's output is counted by the chain, as each intermediate one.
+            self.sizes = self.sizes + [SampledSizes(self.receivers[0].opcounter)]
+        else:
+            sink = None
         functions = chain_function(self.steps, self.sizes, self.receivers[0].receive,
-                                   SPECIAL_RESULTS, self._raise_with_step, entries)
-        self.chain, self.source = functions.chain, functions.source
+                                   SPECIAL_RESULTS, self._raise_with_step, entries, sink)
+        self.chain, self.chain_values = functions.chain, functions.chain_values
+        self.source = functions.source
         self._counts, self._enter, self._running = (
             functions.counts, functions.enter, functions.running)
         # Where what a step's finish_bundle outputs goes: the rest of the chain, or on.
@@ -160,6 +148,13 @@ class ChainedStepsOperation(operations.Operation):
     def process(self, windowed_value) -> None:
         with self._chain_state:
             self.chain(windowed_value, windowed_value.value)
+
+    def process_values(self, carrier: Any, values: Sequence[Any]) -> None:
+        """Run each of ``values``, in order, as the value of an element with ``carrier``'s
+        timestamp, windows and pane (the producer counted them:
+        :class:`~runners.spark.chains.blocks.ValueBlocks`)."""
+        with self._chain_state:
+            self.chain_values(carrier, values)
 
     def finish(self) -> None:
         # As Beam's bundle processor finishes its operations: the first first, each DoFn's
@@ -276,10 +271,13 @@ def _create_chained_steps(factory, transform_id, transform_proto, steps_payload,
         factory.state_sampler,
     )
     operation.steps = steps
+    consumer = [op for ops in consumers.values() for op in ops]
+    if len(consumer) == 1 and isinstance(consumer[0], BlockSink):
+        operation.block_sink = consumer[0]
     operation.sizes = [
         # A suffix of its own: the factory hands out one counter per name, and the chain's
         # own receiver is counted as "<first step>-out0".
-        _Sizes(operations.opcounters.OperationCounters(
+        SampledSizes(operations.opcounters.OperationCounters(
             factory.counter_factory, step.unique_name,
             factory.get_windowed_coder(next(iter(step.outputs.values()))), 0,
             suffix="chained-out"))

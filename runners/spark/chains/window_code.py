@@ -53,16 +53,29 @@ def write_windows(code: ChainCode, index: int, step: Any, carrier: str,
 
 
 def write_last_into_global(code: ChainCode, index: int, step: Any, carrier: str,
-                           value: str) -> None:
+                           value: str, block_sizes: Any = None) -> None:
     """A last ``WindowInto(GlobalWindows)`` (``WriteImpl``'s, before its writing step):
     an element alone in the global window with no pane is handed on as it is, without
-    the loop of :func:`_write_windows`; any other, once per window it was in."""
+    the loop of :func:`_write_windows` (with ``block_sizes``, the sizes of the chain's
+    output: its value is counted and appended to the block of the chain's sink, named
+    ``block`` in the code's names); any other, once per window it was in."""
     windows_at = code.bind(f"windows_at_{index}", step.windows_at)
     code.line(f"windows = {carrier}.windows")
     code.line("if (len(windows) == 1 and type(windows[0]) is GlobalWindow")
     code.line(f"        and {carrier}.pane_info == NO_PANE):")
-    code.line(f"    receive({carrier} if {value} is {carrier}.value "
-              f"else {carrier}.with_value({value}))")
+    if block_sizes is None:
+        code.line(f"    receive({carrier} if {value} is {carrier}.value "
+                  f"else {carrier}.with_value({value}))")
+    else:
+        sizes = code.bind(f"sizes_{index}", block_sizes)
+        code.line(f"    seen_{index} += 1")
+        code.line(f"    if seen_{index} >= next_{index}:")
+        code.line(f"        next_{index} = {sizes}.sample({carrier}, {value}, seen_{index})")
+        code.line("    if not block:")
+        code.line(f"        open_block({carrier})")
+        code.line(f"    block_append({value})")
+        code.line("    if len(block) >= BLOCK_SIZE:")
+        code.line("        flush_block()")
     code.line("else:")
     code.line(f"    micros = {carrier}.timestamp_micros")
     code.line("    for _ in windows:")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from apache_beam.coders.coders import StrUtf8Coder
 
@@ -43,7 +43,8 @@ from runners.spark.beam_internals import (
     text_range_reader,
     text_source_settings,
 )
-from runners.spark.chains.operation import with_step_name
+from runners.spark.chains.blocks import ValueBlocks, takes_value_blocks
+from runners.spark.chains.operation import ChainedStepsOperation, with_step_name
 from runners.spark.text_io.lines import LineFormat, decoded, records, supported
 
 #: The runner-private URN of the process step of Beam's bounded-source SDF, in worker
@@ -79,18 +80,36 @@ class TextFile:
         text_file = cls(found[0], found[1], settings)
         return text_file if supported(text_file.line_format) is None else None
 
-    def emit(self, start: int, stop: Optional[int], carrier: Any, receive: Callable[[Any], Any],
-             file_name: Optional[str] = None) -> None:
-        """Hand ``receive`` each record of ``[start, stop)``, decoded, in order, as the
-        element ``carrier.with_value(record)`` (``(file_name, record)`` when ``file_name``
-        is given)."""
+    def emit(self, start: int, stop: Optional[int], carrier: Any, receiver: Any,
+             file_name: Optional[str] = None, blocks: Optional[ValueBlocks] = None) -> None:
+        """Hand ``receiver`` (a consumer set) each record of ``[start, stop)``, decoded, in
+        order, as the element ``carrier.with_value(record)`` (``(file_name, record)`` when
+        ``file_name`` is given); with ``blocks``, hand them on a block at a time."""
         with self.text_source.open_file(self.file_name) as file:
-            values: Any = itertools.chain.from_iterable(decoded(
-                records(file, self.line_format, start, stop), self.coder, self.utf8))
+            decoded_blocks: Iterator[Sequence[Any]] = decoded(
+                records(file, self.line_format, start, stop), self.coder, self.utf8)
             if file_name is not None:
-                values = zip(itertools.repeat(file_name), values)
+                decoded_blocks = (list(zip(itertools.repeat(file_name), block))
+                                  for block in decoded_blocks)
+            if blocks is not None:
+                for block in decoded_blocks:
+                    blocks.hand(carrier, block)
+                return
+            values = itertools.chain.from_iterable(decoded_blocks)
             # Consumed in C (Beam's compiled methods mapped): no Python frame per record.
-            collections.deque(map(receive, map(carrier.with_value, values)), maxlen=0)
+            collections.deque(map(receiver.receive, map(carrier.with_value, values)),
+                              maxlen=0)
+
+
+def value_blocks(operation: Any) -> Optional[ValueBlocks]:
+    """The hand-over of an operation's records a block at a time, when its one consumer is
+    a chain (set by the factory as ``operation.chain``) and nothing samples its output's
+    elements."""
+    chain = getattr(operation, "chain", None)
+    receiver = operation.receivers[0]
+    if chain is None or not takes_value_blocks(receiver):
+        return None
+    return ValueBlocks(receiver, chain)
 
 
 def _raise_as_step(error: BaseException, operation: Any) -> None:
@@ -102,6 +121,12 @@ def _raise_as_step(error: BaseException, operation: Any) -> None:
 class BulkSourceRead(operations.SdfProcessSizedElements):
     """The process step of Beam's bounded-source SDF; each restriction of Beam's text source
     is read in bulk (see the module's docstring)."""
+
+    chain: Any = None  # the one consumer, when it is a chain
+
+    def setup(self, data_sampler=None) -> None:
+        super().setup(data_sampler)
+        self._blocks = value_blocks(self)
 
     def process(self, windowed_value) -> None:
         (_, (restriction, _)), _ = windowed_value.value
@@ -117,8 +142,9 @@ class BulkSourceRead(operations.SdfProcessSizedElements):
                 receiver.opcounter.restart_sampling()
             # An exception goes up as it is: Beam's DoFnRunner does not name the step of a
             # splittable DoFn's process (``process_with_sized_restriction``).
-            text_file.emit(start, stop, windowed_value, self.receivers[0].receive,
-                           text_file.file_name if text_file.with_filename else None)
+            text_file.emit(start, stop, windowed_value, self.receivers[0],
+                           text_file.file_name if text_file.with_filename else None,
+                           self._blocks)
 
 
 class BulkRangeRead(operations.DoOperation):
@@ -126,8 +152,11 @@ class BulkRangeRead(operations.DoOperation):
     range)`` element read as that DoFn reads it (its source made and split as Beam makes and
     splits it), the records in bulk."""
 
+    chain: Any = None  # the one consumer, when it is a chain
+
     def setup(self, data_sampler=None) -> None:
         super().setup(data_sampler)
+        self._blocks = value_blocks(self)
         dofn = pickler.loads(self.spec.serialized_fn)[0]
         found = text_range_reader(dofn)
         self._source_from_file: Optional[Callable[[str], Any]] = None
@@ -160,21 +189,28 @@ class BulkRangeRead(operations.DoOperation):
         if not sources:  # an empty file
             return
         text_file = TextFile.of(sources[0].source)
-        receive = self.receivers[0].receive
         stop = offset_range.stop
         text_file.emit(offset_range.start, None if stop == float("inf") else stop,
-                       windowed_value, receive, metadata.path if self._with_filename else None)
+                       windowed_value, self.receivers[0],
+                       metadata.path if self._with_filename else None, self._blocks)
+
+
+def _with_chain(operation: Any, consumers: Dict[str, List[Any]]) -> Any:
+    consumer = [op for ops in consumers.values() for op in ops]
+    if len(consumer) == 1 and isinstance(consumer[0], ChainedStepsOperation):
+        operation.chain = consumer[0]
+    return operation
 
 
 @BeamTransformFactory.register_urn(BULK_SOURCE_READ_URN, beam_runner_api_pb2.ParDoPayload)
 def _create_bulk_source_read(factory, transform_id, transform_proto, parameter, consumers):
-    return create_pardo_operation(factory, transform_id, transform_proto, consumers,
-                                  serialized_dofn_data(parameter), parameter,
-                                  operation_cls=BulkSourceRead)
+    return _with_chain(create_pardo_operation(
+        factory, transform_id, transform_proto, consumers, serialized_dofn_data(parameter),
+        parameter, operation_cls=BulkSourceRead), consumers)
 
 
 @BeamTransformFactory.register_urn(BULK_RANGE_READ_URN, beam_runner_api_pb2.ParDoPayload)
 def _create_bulk_range_read(factory, transform_id, transform_proto, parameter, consumers):
-    return create_pardo_operation(factory, transform_id, transform_proto, consumers,
-                                  serialized_dofn_data(parameter), parameter,
-                                  operation_cls=BulkRangeRead)
+    return _with_chain(create_pardo_operation(
+        factory, transform_id, transform_proto, consumers, serialized_dofn_data(parameter),
+        parameter, operation_cls=BulkRangeRead), consumers)

@@ -50,6 +50,7 @@ from runners.spark.beam_internals import (
     pickler,
     serialized_dofn_data,
 )
+from runners.spark.chains.blocks import BlockSink
 
 #: The runner-private URNs of the writing steps in worker descriptors (their payloads stay
 #: Beam's ``ParDoPayload``; the factories swap the DoFn).
@@ -140,37 +141,44 @@ def _blocks(values: Iterable[Any]) -> Iterable[List[Any]]:
         yield block
 
 
-class BulkTextWrite(operations.DoOperation):
+class BulkTextWrite(operations.DoOperation, BlockSink):
     """The writing step of a file per bundle: elements in the global window alone are
     handed to Beam's operation a :class:`RecordBlock` at a time (see the module's
-    docstring)."""
+    docstring). A chain before it appends their values to its block itself
+    (:class:`~runners.spark.chains.blocks.BlockSink`)."""
+
+    BLOCK_SIZE = BLOCK_SIZE
 
     def start(self) -> None:
         super().start()
-        self._values: List[Any] = []
+        self.value_block().clear()
         self._carrier: Any = None
 
     def process(self, windowed_value) -> None:
         windows = windowed_value.windows
         if len(windows) == 1 and type(windows[0]) is GlobalWindow:
-            values = self._values
+            values = self.value_block()
             if not values:
                 self._carrier = windowed_value
             values.append(windowed_value.value)
             if len(values) >= BLOCK_SIZE:
-                self._flush()
+                self.flush_block()
             return
-        self._flush()
+        self.flush_block()
         operations.DoOperation.process(self, windowed_value)
 
-    def _flush(self) -> None:
-        if self._values:
-            block = RecordBlock(self._values)
-            self._values = []
+    def open_block(self, carrier: Any) -> None:
+        self._carrier = carrier
+
+    def flush_block(self) -> None:
+        values = self.value_block()
+        if values:
+            block = RecordBlock(values[:])
+            values.clear()
             operations.DoOperation.process(self, self._carrier.with_value(block))
 
     def finish(self) -> None:
-        self._flush()
+        self.flush_block()
         super().finish()
 
 
