@@ -53,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Sequence, Set, Tuple
 
-from apache_beam.transforms.window import GlobalWindow, TimestampedValue
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows, TimestampedValue
 
 from runners.spark.beam_internals import (
     PANE_INFO_UNKNOWN,
@@ -265,8 +265,15 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
         windows_at = code.bind(f"windows_at_{index}", step.windows_at)
         code.line(f"if type({out}) not in ORDINARY:")
         code.line(f"    if type({out}) is TimestampedValue:")
-        code.line(f"        {new_carrier} = WindowedValue({out}.value, {out}.timestamp, None)")
-        code.line(f"        {new_carrier}.windows = {windows_at}({new_carrier}.timestamp_micros)")
+        if type(step.window_fn) is GlobalWindows:  # its one window, without a call
+            window = code.bind("the_global_window", GlobalWindow())
+            code.line(f"        {new_carrier} = WindowedValue({out}.value, {out}.timestamp, "
+                      f"[{window}])")
+        else:
+            code.line(f"        {new_carrier} = WindowedValue({out}.value, {out}.timestamp, "
+                      "None)")
+            code.line(f"        {new_carrier}.windows = "
+                      f"{windows_at}({new_carrier}.timestamp_micros)")
         code.line(f"        if len({carrier}.windows) != 1:")
         code.line(f"            {new_carrier}.windows *= len({carrier}.windows)")
         code.line(f"        {out} = {new_carrier}.value")
