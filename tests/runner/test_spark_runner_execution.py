@@ -98,6 +98,26 @@ def test_splittable_dofn_restrictions_are_dealt_by_size(runner):
         assert_that(by_partition, equal_to([10, 10]), label="per partition")
 
 
+def _collection_threshold(_):
+    import gc
+
+    return gc.get_threshold()[0]
+
+
+def test_a_stage_runs_with_young_objects_collected_less_often(runner, runner_name, request):
+    """A stage's DoFns see the raised threshold; on classic Spark, a plain RDD function run
+    by the same session's Python workers afterwards sees Python's own."""
+    from runners.spark.worker.collection import STAGE_COLLECTION_THRESHOLD
+
+    with beam.Pipeline(runner=runner) as p:
+        seen = p | beam.Create(range(4)) | beam.Map(_collection_threshold)
+        assert_that(seen, equal_to([STAGE_COLLECTION_THRESHOLD] * 4))
+    if runner_name == "SparkRunner":
+        context = request.getfixturevalue("spark_session").sparkContext
+        after = context.parallelize(range(4), 2).map(_collection_threshold).collect()
+        assert after == [_collection_threshold(None)] * 4  # the workers fork as this did
+
+
 def test_spark_parallelism_sets_shuffle_partitions(runner):
     options = PipelineOptions(["--spark_parallelism", "3"])
     with beam.Pipeline(runner=runner, options=options) as p:

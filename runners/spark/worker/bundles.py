@@ -56,6 +56,7 @@ from runners.spark.dependencies.worker import JobEnvironment, prepare_python_wor
 from runners.spark.dependencies.working_directory import in_driver_directory
 from runners.spark.planning.execution_plan import StageSpec
 from runners.spark.text_io.planning import use_text_io_operations
+from runners.spark.worker.collection import young_objects_collected_less_often
 from runners.spark.worker.components import SharedComponents, iter_encoded
 from runners.spark.worker.decode_loop import STAGE_INPUT_URNS, use_decode_loop
 from runners.spark.worker.errors import failing_as_task
@@ -270,7 +271,8 @@ def process_partition(
     DoFns and bundle finalizations are handed back in it instead of being run here. It runs
     in the driver's working directory (:mod:`~runners.spark.dependencies.working_directory`).
     """
-    with in_driver_directory(task.environment.working_directory):
+    with in_driver_directory(task.environment.working_directory), \
+            young_objects_collected_less_often():
         yield from _process_partition(task, records, deferred)
 
 
