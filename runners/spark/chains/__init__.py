@@ -43,7 +43,9 @@ The design:
   ends a run with the precombine's table, :mod:`~runners.spark.chains.window_assignment`
   assigns the standard WindowFns' windows by integer arithmetic, inside a run or alone.
 - Beam's operations stay for what the compiled form does not express (the refusals
-  above), and around it: the stage's input decode, the read, the shuffle's write. Batch
+  above), and around it: the stage's input decode, the read, the shuffle's write. A bulk
+  text read hands a chain its lines a block at a time, and a chain hands the text sink's
+  writing step its values a block at a time (:mod:`~runners.spark.chains.blocks`). Batch
   and streaming run the same stages (a micro-batch runs the stage's descriptor), on
   classic Spark and Spark Connect alike (all of it runs in the task's Python worker).
   ``--chain_simple_steps false`` runs every step as Beam's own operation.
