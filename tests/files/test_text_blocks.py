@@ -23,7 +23,9 @@ import typing
 import apache_beam as beam
 import pytest
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import FixedWindows
+from apache_beam.transforms.window import FixedWindows, GlobalWindow
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from runners.spark.chains.operation import ChainedStepsOperation
 from runners.spark.text_io import write as text_write
@@ -142,25 +144,40 @@ def test_an_error_in_the_chain_names_its_step_as_beam_does(tmp_path, monkeypatch
     assert "Describe" in message
 
 
-def _write_build(prefix: str, **settings):
+class CountThenTotal(beam.DoFn):
+    """Passes its elements on, then outputs how many it saw from ``finish_bundle`` (which the
+    chain runs through the steps after it)."""
+
+    def start_bundle(self):
+        self.seen = 0
+
+    def process(self, element):
+        self.seen += 1
+        yield element
+
+    def finish_bundle(self):
+        yield WindowedValue(f"total {self.seen}", MAX_TIMESTAMP, [GlobalWindow()])
+
+
+def _write_build(prefix: str, format_step=None, **settings):
     def build(pipeline):
         return (pipeline | beam.Impulse()
                 | "Any" >> beam.Map(lambda _: 0).with_output_types(typing.Any)
                 | "In" >> beam.Reshuffle()
-                | "Format" >> beam.Map(lambda value: value)
+                | "Format" >> (format_step or beam.Map(lambda value: value))
                 | "Write" >> beam.io.WriteToText(prefix, **settings))
     return build
 
 
-def compare_writes(tmp_path, inputs, monkeypatch, **settings):
+def compare_writes(tmp_path, inputs, monkeypatch, format_step=None, **settings):
     """Write ``inputs`` through a chain as Beam's operations, then as the runner's; assert
     the same files, outputs, counts and metrics; return the runner's run."""
     runs, files = [], []
     for ours in (False, True):
         directory = tmp_path / ("ours" if ours else "beam")
         directory.mkdir()
-        run = run_stage(_write_build(str(directory / "out"), **settings), WRITE, inputs,
-                        ours, monkeypatch, APPENDS_TO_BLOCKS, chain_steps=ours)
+        run = run_stage(_write_build(str(directory / "out"), format_step, **settings), WRITE,
+                        inputs, ours, monkeypatch, APPENDS_TO_BLOCKS, chain_steps=ours)
         runs.append(run)
         files.append(_files_of(run) if run.error is None else [])
     (beam_run, ours), (beam_files, our_files) = runs, files
@@ -194,3 +211,10 @@ def test_an_error_writing_a_full_block_is_beams(tmp_path, monkeypatch):
     values[100] = BadStr()
     ours = compare_writes(tmp_path, _inputs(values), monkeypatch)
     assert ours.error is not None and "no text for this one" in ours.error[1]
+
+
+def test_what_finish_bundle_outputs_goes_to_the_block_after_the_elements(tmp_path, monkeypatch):
+    ours = compare_writes(tmp_path, _inputs([Model(index) for index in range(3000)]),
+                          monkeypatch, beam.ParDo(CountThenTotal()))
+    ((_, written),) = _files_of(ours)
+    assert written.endswith(b"total 3000\n")
