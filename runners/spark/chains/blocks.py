@@ -113,4 +113,3 @@ class BlockSink:
     def flush_block(self) -> None:
         """Hand on the block's values, in order, and empty it."""
         raise NotImplementedError
-

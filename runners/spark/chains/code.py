@@ -292,8 +292,10 @@ def _write_step(code: ChainCode, index: int, step: Any, carrier: str,
 
 
 
-def _compile(names: Dict[str, Any], bodies: Dict[str, List[str]], counted: int,
+def _compile(names: Dict[str, Any], bodies: Dict[str, Tuple[str, List[str]]], counted: int,
              raise_with_step: Callable) -> ChainFunctions:
+    """Compile each of ``bodies`` (name -> (parameters, lines)) as a function sharing the
+    chain's cells: ``current`` and ``seen_<i>``/``next_<i>`` of the ``counted`` outputs."""
     cells = ["current"] + [f"seen_{index}" for index in range(counted)] + [
         f"next_{index}" for index in range(counted)]
     source = ["def make_chain():", "    current = 0"]

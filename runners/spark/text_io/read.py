@@ -14,7 +14,9 @@ decoded a block at a time (``StrUtf8Coder``; any other coder decodes each record
 handed on each as the element Beam's output handler would make: the input element's
 timestamp, windows and pane, with the record (or ``(file name, record)``) as its value, in
 the order Beam reads them. What the output PCollection counts and samples is counted by
-Beam's own receiver, as for Beam's read.
+Beam's own receiver, as for Beam's read; where the step's one consumer is a chain, each
+decoded block goes to it whole, with the input element as every record's carrier, counted
+and sampled a block at a time (:class:`runners.spark.chains.blocks.ValueBlocks`).
 
 Anything else keeps Beam's own path, element by element: a source of another class (a user's
 ``FileBasedSource``), a text source that matches header lines with functions, an escape
