@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 #: Beam samples the size of every element of the first ten of a PCollection, then fewer.
 ALWAYS_SAMPLED = 10
@@ -80,6 +80,13 @@ class ValueBlocks:
         self.seen = end
         self.counters.element_counter.update(len(values))
         self.chain.process_values(carrier, values)
+
+
+def only_consumer(consumers: Dict[str, List[Any]], kind: type) -> Optional[Any]:
+    """An operation's one consumer (``consumers``: output tag -> operations, as Beam's
+    operation factories get them) when it is a ``kind``; None otherwise."""
+    found = [operation for operations in consumers.values() for operation in operations]
+    return found[0] if len(found) == 1 and isinstance(found[0], kind) else None
 
 
 def takes_value_blocks(receiver: Any) -> bool:

@@ -46,7 +46,12 @@ from runners.spark.beam_internals import (
     operation_specs,
     operations,
 )
-from runners.spark.chains.blocks import BlockSink, SampledSizes, takes_value_blocks
+from runners.spark.chains.blocks import (
+    BlockSink,
+    SampledSizes,
+    only_consumer,
+    takes_value_blocks,
+)
 from runners.spark.chains.code import chain_function
 from runners.spark.chains.planning import CHAINED_STEPS_URN, chain_order
 from runners.spark.chains.steps import SPECIAL_RESULTS, ChainedStep, with_step_name
@@ -271,9 +276,7 @@ def _create_chained_steps(factory, transform_id, transform_proto, steps_payload,
         factory.state_sampler,
     )
     operation.steps = steps
-    consumer = [op for ops in consumers.values() for op in ops]
-    if len(consumer) == 1 and isinstance(consumer[0], BlockSink):
-        operation.block_sink = consumer[0]
+    operation.block_sink = only_consumer(consumers, BlockSink)
     operation.sizes = [
         # A suffix of its own: the factory hands out one counter per name, and the chain's
         # own receiver is counted as "<first step>-out0".

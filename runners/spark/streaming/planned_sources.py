@@ -37,7 +37,6 @@ from runners.spark.worker.components import SharedComponents
 _LOGGER = logging.getLogger(__name__)
 
 
-
 class PlannedSources:
     """The splittable DoFns of a run that plan their micro-batches, on the driver.
 

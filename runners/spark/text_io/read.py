@@ -45,7 +45,7 @@ from runners.spark.beam_internals import (
     text_range_reader,
     text_source_settings,
 )
-from runners.spark.chains.blocks import ValueBlocks, takes_value_blocks
+from runners.spark.chains.blocks import ValueBlocks, only_consumer, takes_value_blocks
 from runners.spark.chains.operation import ChainedStepsOperation, with_step_name
 from runners.spark.text_io.lines import LineFormat, decoded, records, supported
 
@@ -107,7 +107,7 @@ def value_blocks(operation: Any) -> Optional[ValueBlocks]:
     """The hand-over of an operation's records a block at a time, when its one consumer is
     a chain (set by the factory as ``operation.chain``) and nothing samples its output's
     elements."""
-    chain = getattr(operation, "chain", None)
+    chain = operation.chain
     receiver = operation.receivers[0]
     if chain is None or not takes_value_blocks(receiver):
         return None
@@ -198,9 +198,7 @@ class BulkRangeRead(operations.DoOperation):
 
 
 def _with_chain(operation: Any, consumers: Dict[str, List[Any]]) -> Any:
-    consumer = [op for ops in consumers.values() for op in ops]
-    if len(consumer) == 1 and isinstance(consumer[0], ChainedStepsOperation):
-        operation.chain = consumer[0]
+    operation.chain = only_consumer(consumers, ChainedStepsOperation)
     return operation
 
 
